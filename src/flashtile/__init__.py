@@ -1,0 +1,20 @@
+"""flashtile: exact attention that is fast because it moves less.
+
+Tiling with online softmax, recomputation in backward and kernel fusion, in Triton, with an
+exact chunked PyTorch path for CPU. See README.md and DESIGN notes in docs/.
+"""
+
+from .backend import get_backend, set_backend
+from .interface import flash_attn_func
+from .params import AttentionParams
+from .reference.dense import attention_reference
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionParams",
+    "attention_reference",
+    "flash_attn_func",
+    "get_backend",
+    "set_backend",
+]

@@ -1,0 +1,49 @@
+"""The autograd layer: one ``torch.autograd.Function`` that saves only O and LSE in forward and
+recomputes the probabilities in backward.
+
+Both backends expose the same two functions (layout ``(batch, seqlen, nheads, headdim)``):
+
+- ``forward(q, k, v, params) -> (out, lse)``
+- ``backward(dout, q, k, v, out, lse, params) -> (dq, dk, dv)``
+
+``flashtile.kernels`` holds the Triton launchers, ``flashtile.reference.tiled`` the chunked torch
+path. This layer picks one and never touches pointers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .params import AttentionParams
+
+
+def _impl(backend: str):
+    if backend == "triton":
+        from . import kernels
+        return kernels
+    from .reference import tiled
+    return tiled
+
+
+class FlashAttnFunction(torch.autograd.Function):
+    """``(q, k, v) -> (out, lse)`` with the recomputing backward. ``lse`` has no gradient."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, params: AttentionParams, backend: str):
+        out, lse = _impl(backend).forward(q, k, v, params)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.params = params
+        ctx.backend = backend
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _impl(ctx.backend).backward(dout, q, k, v, out, lse, ctx.params)
+        return dq, dk, dv, None, None
+
+
+def attention(q, k, v, params: AttentionParams, backend: str):
+    """Run attention with autograd support; returns ``(out, lse)``."""
+    return FlashAttnFunction.apply(q, k, v, params, backend)

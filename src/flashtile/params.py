@@ -1,0 +1,68 @@
+"""The one parameters object that travels from the public functions down to the kernels.
+
+Notation used everywhere below the public layer:
+
+- layout ``(batch, seqlen, nheads, headdim)`` (flash-attn's); the FlexAttention/SDPA layout
+  ``(batch, nheads, seqlen, headdim)`` is turned into it with a free ``transpose(1, 2)`` view.
+- ``sq``/``sk``: query/key sequence lengths; ``hq``/``hkv``: query/key-value heads (GQA when
+  ``hq > hkv``, query head ``h`` reads KV head ``h // (hq // hkv)``).
+- Visibility: query row ``i`` sees key ``j`` iff ``i + off - left <= j <= i + off + right``
+  (a side is unbounded when its window is -1), with ``off = sk - sq`` (bottom-right alignment,
+  flash-attn) or ``off = 0`` (top-left alignment, SDPA's ``is_causal``). Causal is ``right = 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import torch
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionParams:
+    """Everything that changes what attention computes, except the tensors Q/K/V themselves.
+
+    Attributes:
+        softmax_scale: multiplies ``Q K^T`` before everything else.
+        window_left, window_right: the visible band (see module docstring); -1 = unbounded.
+        bottom_right: causal/window alignment when ``sq != sk`` (True: flash-attn; False: SDPA).
+        causal: True when the user asked for causal (``window_right`` is then 0).
+        softcap: if > 0, ``score = softcap * tanh(score / softcap)`` after scaling.
+        alibi_slopes: float32 ``(hq,)`` or ``(batch, hq)``; adds ``-slope * |i + sk - sq - j|``.
+        dropout_p: probability of dropping a probability (kept ones scaled by ``1/(1-p)``).
+        seed, offset: key of the counter-based RNG that draws the dropout mask.
+        deterministic: bitwise-reproducible dQ (flashtile's backward never uses atomics, so
+            this holds for every setting; the flag is kept for flash-attn compatibility).
+        score_mod: FlexAttention ``score_mod(score, b, h, q_idx, kv_idx) -> score``.
+        mask_mod: FlexAttention ``mask_mod(b, h, q_idx, kv_idx) -> bool``.
+        block_mask: a :class:`flashtile.masks.BlockMask` (block-sparse attention).
+        attn_bias: float ``(b|1, h|1, sq|1, sk|1)`` added to scores, or bool (True = keep).
+    """
+
+    softmax_scale: float
+    window_left: int = -1
+    window_right: int = -1
+    bottom_right: bool = True
+    causal: bool = False
+    softcap: float = 0.0
+    alibi_slopes: Optional[torch.Tensor] = None
+    dropout_p: float = 0.0
+    seed: int = 0
+    offset: int = 0
+    deterministic: bool = False
+    score_mod: Optional[Callable] = None
+    mask_mod: Optional[Callable] = None
+    block_mask: Optional[object] = None
+    attn_bias: Optional[torch.Tensor] = None
+
+    def with_(self, **changes) -> "AttentionParams":
+        return replace(self, **changes)
+
+    @property
+    def has_window(self) -> bool:
+        return self.window_left >= 0 or self.window_right >= 0
+
+    def diagonal_offset(self, seqlen_q: int, seqlen_k: int) -> int:
+        """``off`` in the visibility rule for one sequence pair."""
+        return seqlen_k - seqlen_q if self.bottom_right else 0
