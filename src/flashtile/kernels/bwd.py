@@ -1,0 +1,309 @@
+"""Backward kernels: recompute the probabilities tile by tile from Q, K and the saved LSE.
+
+With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
+
+    dV = P^T dO      dP = dO V^T      dS = P * (dP - D)      dQ = dS K * scale      dK = dS^T Q * scale
+
+Three launches, no atomics (so every gradient is bitwise reproducible):
+
+1. ``_bwd_preprocess``: ``D`` for every query row.
+2. ``_bwd_dkdv_kernel``: one program per (KV tile, batch, KV head); K and V stay in SRAM while the
+   program walks the query tiles that see them, for every query head of its GQA group, so dK/dV of
+   a KV head are summed in registers instead of through atomics.
+3. ``_bwd_dq_kernel``: one program per (query tile, batch, query head); Q, dO, LSE and D stay in
+   SRAM while it walks the visible K/V tiles (the forward's loop).
+
+Notation as in ``common.py``; ``lse2`` is the LSE in the log2 domain, ``+inf`` for rows that see
+no key so that their recomputed ``P`` is exactly 0.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (LOG2E, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
+                     padded_headdim, row_ranges, score_args, scores_log2, seq_bucket, tile_ranges,
+                     window_args)
+
+
+@triton.jit
+def _bwd_preprocess(O, DO, Dsum, stride_ob, stride_os, stride_oh, stride_dob, stride_dos,
+                    stride_doh, nheads, seqlen_q, head_dv,
+                    BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr):
+    pid = tl.program_id(0)
+    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
+    bh = pid // n_mblocks
+    offs_m = (pid % n_mblocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, HEAD_DV)
+    off_b = (bh // nheads).to(tl.int64)
+    off_h = (bh % nheads).to(tl.int64)
+    mask = (offs_m[:, None] < seqlen_q) & (offs_dv[None, :] < head_dv)
+    o = tl.load(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os
+                + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dos
+                 + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(Dsum + bh.to(tl.int64) * seqlen_q + offs_m, tl.sum(o * do, 1), mask=offs_m < seqlen_q)
+
+
+@triton.jit
+def _load_rows(base, offs_m, stride, offs_d, seqlen_q, head_d):
+    return tl.load(base + offs_m[:, None] * stride + offs_d[None, :],
+                   mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
+
+
+@triton.jit
+def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
+    """``lse2`` (+inf for rows that see no key) and ``D`` for a tile of query rows."""
+    lse = tl.load(LSE_row + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    Di = tl.load(D_row + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    return lse2, Di
+
+
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride_dos,
+                start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
+                BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
+                HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                PRECISION: tl.constexpr):
+    """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head."""
+    for start_m in range(start, stop, BLOCK_M):
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        q = _load_rows(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d)
+        do = _load_rows(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv)
+        lse2, Di = _row_stats(LSE_row, D_row, offs_m, seqlen_q)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
+        s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
+                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        p = tl.math.exp2(s2 - lse2[:, None])
+        if MASKED:
+            keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+            p = tl.where(keep, p, 0.0)
+        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - Di[:, None])
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - t * t)
+        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
+                     stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                     stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                     stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                     stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
+                     seq_bucket, diag_off, window_left, window_right, qk_scale, softcap_log2,
+                     sm_scale,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                     HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                     PRECISION: tl.constexpr):
+    pid = tl.program_id(0)
+    n_nblocks = tl.cdiv(seqlen_k, BLOCK_N)
+    bhkv = pid // n_nblocks
+    start_n = (pid % n_nblocks) * BLOCK_N
+    nheads_kv = nheads // group
+    off_b = (bhkv // nheads_kv).to(tl.int64)
+    off_hkv = (bhkv % nheads_kv).to(tl.int64)
+
+    offs_n = start_n + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_D)
+    offs_dv = tl.arange(0, HEAD_DV)
+    k = _load_rows(K + off_b * stride_kb + off_hkv * stride_kh, offs_n, stride_ks, offs_d,
+                   seqlen_k, head_d)
+    v = _load_rows(V + off_b * stride_vb + off_hkv * stride_vh, offs_n, stride_vs, offs_dv,
+                   seqlen_k, head_dv)
+    dk = tl.zeros([BLOCK_N, HEAD_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DV], tl.float32)
+    col_hi = tl.minimum(start_n + BLOCK_N, seqlen_k) - 1
+    a, b, c, d = row_ranges(start_n, col_hi, seqlen_q, diag_off, window_left, window_right,
+                            BLOCK_M, HAS_LEFT, HAS_RIGHT)
+    for g in range(0, group):
+        off_h = off_hkv * group + g
+        q_base = Q + off_b * stride_qb + off_h * stride_qh
+        do_base = DO + off_b * stride_dob + off_h * stride_doh
+        LSE_row = LSE + (off_b * nheads + off_h) * seqlen_q
+        D_row = Dsum + (off_b * nheads + off_h) * seqlen_q
+        slope_log2 = 0.0
+        if HAS_ALIBI:
+            slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                             stride_dos, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
+                             seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                             slope_log2, qk_scale, softcap_log2, BLOCK_M, True, HAS_LEFT,
+                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                             stride_dos, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
+                             seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                             slope_log2, qk_scale, softcap_log2, BLOCK_M, False, HAS_LEFT,
+                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                             stride_dos, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
+                             seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                             slope_log2, qk_scale, softcap_log2, BLOCK_M, True, HAS_LEFT,
+                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+    n_ok = offs_n[:, None] < seqlen_k
+    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dks
+             + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty),
+             mask=n_ok & (offs_d[None, :] < head_d))
+    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + offs_n[:, None] * stride_dvs
+             + offs_dv[None, :], dv.to(DV.dtype.element_ty),
+             mask=n_ok & (offs_dv[None, :] < head_dv))
+
+
+@triton.jit
+def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, stop, offs_m,
+              offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
+              window_right, slope_log2, qk_scale, softcap_log2,
+              BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
+              HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
+    for start_n in range(start, stop, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = _load_rows(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d)
+        v = _load_rows(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
+                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        p = tl.math.exp2(s2 - lse2[:, None])
+        if MASKED:
+            keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - Di[:, None])
+        if HAS_SOFTCAP:
+            ds = ds * (1.0 - t * t)
+        dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
+    return dq
+
+
+@triton.jit
+def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
+                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
+                   stride_dqb, stride_dqs, stride_dqh,
+                   stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
+                   seq_bucket, diag_off, window_left, window_right, qk_scale, softcap_log2,
+                   sm_scale,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                   HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+    pid = tl.program_id(0)
+    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
+    bh = pid // n_mblocks
+    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
+    off_b = (bh // nheads).to(tl.int64)
+    off_h = bh % nheads
+    off_hkv = (off_h // group).to(tl.int64)
+    off_h = off_h.to(tl.int64)
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    offs_dv = tl.arange(0, HEAD_DV)
+    q = _load_rows(Q + off_b * stride_qb + off_h * stride_qh, offs_m, stride_qs, offs_d,
+                   seqlen_q, head_d)
+    do = _load_rows(DO + off_b * stride_dob + off_h * stride_doh, offs_m, stride_dos, offs_dv,
+                    seqlen_q, head_dv)
+    lse2, Di = _row_stats(LSE + bh.to(tl.int64) * seqlen_q, Dsum + bh.to(tl.int64) * seqlen_q,
+                          offs_m, seqlen_q)
+    slope_log2 = 0.0
+    if HAS_ALIBI:
+        slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    dq = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
+    row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
+    a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
+                             BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b, offs_m,
+                   offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
+                   window_right, slope_log2, qk_scale, softcap_log2, BLOCK_N, True, HAS_LEFT,
+                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+    dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c, offs_m,
+                   offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
+                   window_right, slope_log2, qk_scale, softcap_log2, BLOCK_N, False, HAS_LEFT,
+                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+    dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d, offs_m,
+                   offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
+                   window_right, slope_log2, qk_scale, softcap_log2, BLOCK_N, True, HAS_LEFT,
+                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqs
+             + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
+             mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
+
+
+def _configs(gpu_shapes):
+    if interpreting():
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+            for (m, n, w, s) in gpu_shapes]
+
+
+def _prune(configs, named_args, **kwargs):
+    head = max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64))
+    keep = [c for c in configs if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+    return keep or configs[-1:]
+
+
+_KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
+        "seq_bucket"]
+# dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
+_dkdv = triton.autotune(
+    configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
+                      (16, 64, 4, 2)]),
+    key=_KEY, prune_configs_by={"early_config_prune": _prune}, cache_results=True,
+)(_bwd_dkdv_kernel)
+# dQ keeps a query tile resident and streams KV tiles: the forward's shape.
+_dq = triton.autotune(
+    configs=_configs([(128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2),
+                      (32, 64, 4, 2)]),
+    key=_KEY, prune_configs_by={"early_config_prune": _prune}, cache_results=True,
+)(_bwd_dq_kernel)
+
+
+def backward(dout, q, k, v, out, lse, params):
+    """Launch the three backward kernels.
+
+    Shapes as in :func:`flashtile.kernels.fwd.forward`; ``dout`` like ``out``. Returns
+    ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype.
+    """
+    batch, seqlen_q, nheads, head_d = q.shape
+    seqlen_k, nheads_kv, head_dv = k.shape[1], k.shape[2], v.shape[3]
+    if dout.stride(-1) != 1:
+        dout = dout.contiguous()
+    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
+    dsum = alloc((batch, nheads, seqlen_q), torch.float32, q.device)
+    block_pre = 16 if interpreting() else 64
+    _bwd_preprocess[(cdiv(seqlen_q, block_pre) * batch * nheads,)](
+        out, dout, dsum, *out.stride()[:3], *dout.stride()[:3], nheads, seqlen_q, head_dv,
+        BLOCK_M=block_pre, HEAD_DV=HEAD_DV)
+
+    dq = alloc(q.shape, q.dtype, q.device)
+    dk = alloc(k.shape, k.dtype, k.device)
+    dv = alloc(v.shape, v.dtype, v.device)
+    slopes = params.alibi_slopes
+    stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
+    common = dict(
+        **window_args(params, seqlen_q, seqlen_k), **score_args(params),
+        sm_scale=params.softmax_scale, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV,
+        PRECISION=dot_precision(q.dtype))
+    sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
+             seq_bucket(seqlen_q, seqlen_k))
+    slopes_arg = slopes if slopes is not None else lse
+    _dkdv[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
+        q, k, v, dout, lse, dsum, dk, dv, slopes_arg,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
+        *dk.stride()[:3], *dv.stride()[:3], *sizes, **common)
+    _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
+        q, k, v, dout, lse, dsum, dq, slopes_arg,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
+        *dq.stride()[:3], *sizes, **common)
+    return dq, dk, dv

@@ -1,0 +1,178 @@
+"""Pieces shared by the forward and backward kernels.
+
+Notation (all kernels):
+
+- ``BLOCK_M`` query rows per tile, ``BLOCK_N`` keys per tile; ``HEAD_D``/``HEAD_DV`` the QK / V
+  head dims rounded up to a power of two (>= 16, what ``tl.dot`` needs); the padding columns are
+  loaded as 0 and never stored.
+- Scores live in the log2 domain: ``s2 = (q . k) * scale * log2(e)`` so that ``exp2`` (one
+  instruction) replaces ``exp``; the saved LSE is converted back to natural log.
+- The visible band (``flashtile.params``): query ``i`` sees key ``j`` iff
+  ``i + off - left <= j <= i + off + right``; ``HAS_LEFT``/``HAS_RIGHT`` say whether a side is
+  bounded. Tiles split into *masked* ones (the band edge or the sequence end crosses them: each
+  element is tested) and *full* ones (every element visible: no mask arithmetic at all).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from ..backend import interpreter_enabled
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def padded_headdim(d: int) -> int:
+    return max(16, triton.next_power_of_2(d))
+
+
+def alloc(shape, dtype, device) -> torch.Tensor:
+    """An output buffer; NaN-filled when ``FLASHTILE_POISON=1`` (the tests) so that any element a
+    kernel forgets to write shows up as NaN instead of passing on leftover memory."""
+    if os.environ.get("FLASHTILE_POISON", "0") not in ("", "0"):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """fp32 inputs use exact fp32 products (``ieee``), not tf32: users of fp32 expect fp32."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def interpreting() -> bool:
+    return interpreter_enabled()
+
+
+def env_block(name: str) -> int | None:
+    """Block-size override from the environment (used by the ledger's block-size sweep)."""
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def window_args(params, seqlen_q: int, seqlen_k: int) -> dict:
+    """Runtime band arguments and the constexpr flags that say which sides are bounded."""
+    return dict(
+        window_left=max(params.window_left, 0), window_right=max(params.window_right, 0),
+        diag_off=params.diagonal_offset(seqlen_q, seqlen_k),
+        HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
+    )
+
+
+def score_args(params) -> dict:
+    """Softcap/ALiBi arguments: everything that turns ``q . k`` into a score."""
+    softcap = params.softcap
+    return dict(
+        # Multiplier of q.k before the softcap tanh, or straight into the log2 domain without it.
+        qk_scale=params.softmax_scale * LOG2E if softcap == 0 else params.softmax_scale / softcap,
+        softcap_log2=softcap * LOG2E,
+        HAS_SOFTCAP=softcap > 0,
+        HAS_ALIBI=params.alibi_slopes is not None,
+    )
+
+
+@triton.jit
+def tile_ranges(row_lo, row_hi, seqlen_k, diag_off, window_left, window_right,
+                BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Key tiles seen by query rows ``[row_lo, row_hi]`` (inclusive), as three consecutive ranges
+    of key-tile starts: masked ``[a, b)``, full ``[b, c)``, masked ``[c, d)`` (in keys, each a
+    multiple of ``BLOCK_N``). Tiles outside ``[a, d)`` are invisible and never loaded."""
+    key_lo = 0
+    full_lo = 0
+    if HAS_LEFT:
+        key_lo = tl.maximum(row_lo + diag_off - window_left, 0)
+        full_lo = tl.maximum(row_hi + diag_off - window_left, 0)
+    key_hi = seqlen_k
+    full_hi = seqlen_k
+    if HAS_RIGHT:
+        key_hi = tl.minimum(row_hi + diag_off + window_right + 1, seqlen_k)
+        full_hi = tl.minimum(row_lo + diag_off + window_right + 1, seqlen_k)
+    key_hi = tl.maximum(key_hi, key_lo)
+    a = (key_lo // BLOCK_N) * BLOCK_N
+    d = tl.cdiv(key_hi, BLOCK_N) * BLOCK_N
+    b = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, a), d)
+    c = tl.minimum(tl.maximum((full_hi // BLOCK_N) * BLOCK_N, b), d)
+    return a, b, c, d
+
+
+@triton.jit
+def row_ranges(col_lo, col_hi, seqlen_q, diag_off, window_left, window_right,
+               BLOCK_M: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """The transpose of :func:`tile_ranges`: query tiles that see keys ``[col_lo, col_hi]``,
+    as masked ``[a, b)``, full ``[b, c)``, masked ``[c, d)`` (row starts, multiples of BLOCK_M).
+
+    Key ``j`` is seen by row ``i`` iff ``j - off - right <= i <= j - off + left``. Rows past
+    ``seqlen_q`` need no mask in the backward: their Q, dO are loaded as 0 and add nothing."""
+    row_lo = 0
+    full_lo = 0
+    if HAS_RIGHT:
+        row_lo = tl.maximum(col_lo - diag_off - window_right, 0)
+        full_lo = tl.maximum(col_hi - diag_off - window_right, 0)
+    row_hi = seqlen_q
+    full_hi = seqlen_q
+    if HAS_LEFT:
+        row_hi = tl.minimum(col_hi - diag_off + window_left + 1, seqlen_q)
+        full_hi = tl.minimum(col_lo - diag_off + window_left + 1, seqlen_q)
+    row_hi = tl.maximum(row_hi, row_lo)
+    a = (row_lo // BLOCK_M) * BLOCK_M
+    d = tl.cdiv(row_hi, BLOCK_M) * BLOCK_M
+    b = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_M) * BLOCK_M, a), d)
+    # A full query tile may run past seqlen_q: those rows contribute zeros (see docstring).
+    c = tl.minimum(tl.maximum((full_hi // BLOCK_M) * BLOCK_M, b), d)
+    if not HAS_LEFT:
+        c = d
+    return a, b, c, d
+
+
+@triton.jit
+def band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """``(BLOCK_M, BLOCK_N)`` bool: inside the band and before the end of the keys."""
+    keep = offs_n[None, :] < seqlen_k
+    if HAS_LEFT:
+        keep = keep & (offs_n[None, :] >= offs_m[:, None] + diag_off - window_left)
+    if HAS_RIGHT:
+        keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag_off + window_right)
+    return keep
+
+
+@triton.jit
+def tanh(x):
+    # Portable (GPU and interpreter) and saturates cleanly: exp overflow gives exactly +-1.
+    return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
+
+
+@triton.jit
+def scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale, softcap_log2,
+                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr):
+    """Raw ``q . k`` -> log2-domain score (scale, softcap, ALiBi). Returns ``(s2, tanh_or_0)``;
+    the tanh is kept for the softcap gradient ``1 - tanh^2``."""
+    if HAS_SOFTCAP:
+        t = tanh(qk * qk_scale)
+        s2 = t * softcap_log2
+    else:
+        t = qk
+        s2 = qk * qk_scale
+    if HAS_ALIBI:
+        dist = offs_m[:, None] + (seqlen_k - seqlen_q) - offs_n[None, :]
+        dist = tl.where(dist < 0, -dist, dist)
+        s2 = s2 - slope_log2 * dist.to(tl.float32)
+    return s2, t
+
+
+def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
+    """Autotuning key for sequence lengths: tune once per power of two, not per length."""
+    return triton.next_power_of_2(max(seqlen_q, seqlen_k, 64))
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+__all__ = ["LOG2E", "LN2", "alloc", "cdiv", "dot_precision", "interpreting", "math",
+           "padded_headdim", "score_args", "window_args"]

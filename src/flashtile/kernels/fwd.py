@@ -1,0 +1,194 @@
+"""Forward kernel: tiled attention with online softmax.
+
+One program owns ``BLOCK_M`` query rows of one (batch, head) and streams the visible K/V tiles
+through SRAM. Per row it keeps
+
+- ``m_i``  the running max of the log2-domain scores seen so far,
+- ``l_i``  the running sum of ``exp2(s2 - m_i)``,
+- ``acc``  the running ``sum_j exp2(s2_j - m_i) v_j`` (``BLOCK_M x HEAD_DV``, fp32).
+
+When a tile raises the max from ``m_old`` to ``m_new`` both ``l_i`` and ``acc`` are multiplied by
+``exp2(m_old - m_new)`` (the discount), so the result never depends on the order of the tiles.
+The output is normalised once at the end; only O and the LSE reach HBM.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (LN2, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
+                     padded_headdim, score_args, scores_log2, seq_bucket, tile_ranges, window_args)
+
+
+@triton.jit
+def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop,
+               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+               window_left, window_right, slope_log2, qk_scale, softcap_log2,
+               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
+               EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+               HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold the key tiles ``[start, stop)`` into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
+    band and the end of the keys per element; full tiles skip all of that."""
+    for start_n in range(start, stop, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_mask = offs_d[None, :] < head_d
+        v_mask = offs_dv[None, :] < head_dv
+        if MASKED:
+            k_mask = k_mask & (offs_n[:, None] < seqlen_k)
+            v_mask = v_mask & (offs_n[:, None] < seqlen_k)
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :]
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :]
+        if MASKED or not EVEN_D:
+            k = tl.load(k_ptrs, mask=k_mask, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
+        s2, _ = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
+                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if MASKED:
+            keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+            s2 = tl.where(keep, s2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s2, 1))
+            # A row that has seen no visible key yet keeps m = -inf; shift by 0 so that
+            # exp2(-inf - -inf) never produces NaN.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s2, 1))
+            m_shift = m_new
+        p = tl.math.exp2(s2 - m_shift[:, None])
+        alpha = tl.math.exp2(m_i - m_shift)                              # the discount
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if MASKED or not EVEN_DV:
+            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
+                stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
+                stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv, seq_bucket,
+                diag_off, window_left, window_right, qk_scale, softcap_log2,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+    # One flat grid; the query block varies fastest so programs of one head run together
+    # (K/V stay in L2), and the last (heaviest under causal) query block goes first.
+    pid = tl.program_id(0)
+    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
+    bh = pid // n_mblocks
+    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
+    off_b = (bh // nheads).to(tl.int64)
+    off_h = bh % nheads
+    off_hkv = (off_h // group).to(tl.int64)
+    off_h = off_h.to(tl.int64)
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_D)
+    offs_dv = tl.arange(0, HEAD_DV)
+    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    slope_log2 = 0.0
+    if HAS_ALIBI:
+        slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
+    row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
+    a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
+                             BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
+                               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                               diag_off, window_left, window_right, slope_log2, qk_scale,
+                               softcap_log2, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT,
+                               HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, b, c,
+                               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                               diag_off, window_left, window_right, slope_log2, qk_scale,
+                               softcap_log2, BLOCK_N, False, EVEN_D, EVEN_DV, HAS_LEFT,
+                               HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, c, d,
+                               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                               diag_off, window_left, window_right, slope_log2, qk_scale,
+                               softcap_log2, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT,
+                               HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+
+    # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    row_ok = offs_m < seqlen_q
+    tl.store(LSE + bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_ok)
+    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_dv[None, :]
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
+
+
+def _fwd_configs():
+    if interpreting():
+        # The interpreter fails with more than one config ("0 active drivers"): pin one.
+        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    bm, bn = env_block("FLASHTILE_FWD_BLOCK_M"), env_block("FLASHTILE_FWD_BLOCK_N")
+    if bm and bn:
+        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=8 if bm >= 128 else 4,
+                              num_stages=3)]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+            for (m, n, w, s) in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3),
+                                 (64, 64, 4, 3), (128, 32, 4, 4), (64, 32, 4, 2)]]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop configs whose tiles cannot fit a large head dim in shared memory/registers."""
+    head = max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64))
+    keep = [c for c in configs if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+    return keep or configs[-1:]
+
+
+_fwd = triton.autotune(
+    configs=_fwd_configs(),
+    key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
+         "seq_bucket"],
+    cache_results=True,
+    prune_configs_by={"early_config_prune": _prune},
+)(_fwd_kernel)
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
+    """Launch the forward kernel.
+
+    Shapes: q ``(b, sq, hq, d)``, k ``(b, sk, hkv, d)``, v ``(b, sk, hkv, dv)`` (last dim
+    contiguous, any other strides). Returns out ``(b, sq, hq, dv)`` in q's dtype and lse float32
+    ``(b, hq, sq)`` (natural log).
+    """
+    batch, seqlen_q, nheads, head_d = q.shape
+    seqlen_k, nheads_kv, head_dv = k.shape[1], k.shape[2], v.shape[3]
+    out = alloc((batch, seqlen_q, nheads, head_dv), q.dtype, q.device)
+    lse = alloc((batch, nheads, seqlen_q), torch.float32, q.device)
+    slopes = params.alibi_slopes
+    stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
+    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
+
+    def grid(meta):
+        return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
+
+    _fwd[grid](
+        q, k, v, out, lse, slopes if slopes is not None else lse,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
+        seq_bucket(seqlen_q, seqlen_k),
+        **window_args(params, seqlen_q, seqlen_k), **score_args(params),
+        HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
+        PRECISION=dot_precision(q.dtype),
+    )
+    return out, lse
