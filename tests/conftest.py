@@ -10,6 +10,11 @@ os.environ.setdefault("FLASHTILE_POISON", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# Without a GPU the Triton kernels run under Triton's interpreter. The flag must be set before
+# triton is imported (torch does not import it), i.e. before flashtile.kernels is.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(autouse=True)
 def _seed():

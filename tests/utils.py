@@ -10,8 +10,8 @@ from flashtile.interface import _flash_params  # noqa: F401  (re-exported for te
 
 def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Max abs difference in float64; NaN anywhere in ``x`` counts as infinite error."""
-    x = x.double()
-    ref = ref.double()
+    x = x.detach().double()
+    ref = ref.detach().double()
     if torch.isnan(x).any():
         return float("inf")
     diff = (x - ref).abs()

@@ -24,7 +24,8 @@ import triton
 import triton.language as tl
 
 from .common import (LOG2E, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
-                     padded_headdim, row_ranges, score_args, scores_log2, seq_bucket, tile_ranges,
+                     padded_headdim, prune_configs, row_ranges, score_args, scores_log2, seq_bucket,
+                     tile_ranges,
                      window_args)
 
 
@@ -247,25 +248,19 @@ def _configs(gpu_shapes):
             for (m, n, w, s) in gpu_shapes]
 
 
-def _prune(configs, named_args, **kwargs):
-    head = max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64))
-    keep = [c for c in configs if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
-    return keep or configs[-1:]
-
-
 _KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
         "seq_bucket"]
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
 _dkdv = triton.autotune(
     configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
                       (16, 64, 4, 2)]),
-    key=_KEY, prune_configs_by={"early_config_prune": _prune}, cache_results=True,
+    key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
 )(_bwd_dkdv_kernel)
 # dQ keeps a query tile resident and streams KV tiles: the forward's shape.
 _dq = triton.autotune(
     configs=_configs([(128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2),
                       (32, 64, 4, 2)]),
-    key=_KEY, prune_configs_by={"early_config_prune": _prune}, cache_results=True,
+    key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
 )(_bwd_dq_kernel)
 
 

@@ -49,6 +49,21 @@ def interpreting() -> bool:
     return interpreter_enabled()
 
 
+def autotune_enabled() -> bool:
+    """``FLASHTILE_AUTOTUNE=0`` uses the first fitting config instead of timing all of them
+    (fast first calls, e.g. for test suites that compile many shapes)."""
+    return os.environ.get("FLASHTILE_AUTOTUNE", "1") not in ("0", "")
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """Keep configs whose tiles fit a large head dim in SRAM; only the first without autotuning."""
+    head = max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64))
+    keep = [c for c in configs
+            if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+    keep = keep or configs[-1:]
+    return keep if autotune_enabled() else keep[:1]
+
+
 def env_block(name: str) -> int | None:
     """Block-size override from the environment (used by the ledger's block-size sweep)."""
     value = os.environ.get(name)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import (LN2, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
-                     padded_headdim, score_args, scores_log2, seq_bucket, tile_ranges, window_args)
+                     padded_headdim, prune_configs, score_args, scores_log2, seq_bucket, tile_ranges, window_args)
 
 
 @triton.jit
@@ -148,19 +148,12 @@ def _fwd_configs():
                                  (64, 64, 4, 3), (128, 32, 4, 4), (64, 32, 4, 2)]]
 
 
-def _prune(configs, named_args, **kwargs):
-    """Drop configs whose tiles cannot fit a large head dim in shared memory/registers."""
-    head = max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64))
-    keep = [c for c in configs if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
-    return keep or configs[-1:]
-
-
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
          "seq_bucket"],
     cache_results=True,
-    prune_configs_by={"early_config_prune": _prune},
+    prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
 
 

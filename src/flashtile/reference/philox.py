@@ -61,6 +61,23 @@ def _mulhilo(multiplier: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return hi, lo
 
 
+def philox_4x32(c0: torch.Tensor, c1: torch.Tensor, c2: torch.Tensor, c3: torch.Tensor,
+                k0: int, k1: int, n_rounds: int = _N_ROUNDS):
+    """Philox 4x32: encrypt the counter block ``(c0, c1, c2, c3)`` under the key ``(k0, k1)``.
+
+    Words are int64 tensors (or ints for the key) with values in ``[0, 2**32)``; returns the four
+    output words in the same form. With 10 rounds this reproduces Random123's known-answer
+    vectors (and ``triton.language.random.philox`` for 32-bit counters).
+    """
+    for _ in range(n_rounds):
+        hi_b, lo_b = _mulhilo(_ROUND_B, c2)
+        hi_a, lo_a = _mulhilo(_ROUND_A, c0)
+        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
+        k0 = (k0 + _KEY_A) & _MASK32
+        k1 = (k1 + _KEY_B) & _MASK32
+    return c0, c1, c2, c3
+
+
 def philox_uniform(seed: int, counters: torch.Tensor) -> torch.Tensor:
     """Uniform floats in ``[0, 1)``, bitwise equal to ``tl.rand(seed, counters)``.
 
@@ -74,22 +91,14 @@ def philox_uniform(seed: int, counters: torch.Tensor) -> torch.Tensor:
     counters = counters.to(torch.int64)
     # Counter block: the int64 counter's low and high words (Triton: offset.to(uint32) and
     # (offset >> 32).to(uint32); the arithmetic shift then truncation equals masking).
-    c0 = counters & _MASK32
-    c1 = (counters >> 32) & _MASK32
-    c2 = torch.zeros_like(c0)
-    c3 = torch.zeros_like(c0)
+    lo = counters & _MASK32
+    hi = (counters >> 32) & _MASK32
+    zero = torch.zeros_like(lo)
     # Key: the seed as uint64, split into words (Python's & on negative ints is two's complement,
     # matching Triton's sign-extending cast).
-    k0 = seed & _MASK32
-    k1 = (seed >> 32) & _MASK32
-    for _ in range(_N_ROUNDS):
-        hi_b, lo_b = _mulhilo(_ROUND_B, c2)
-        hi_a, lo_a = _mulhilo(_ROUND_A, c0)
-        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
-        k0 = (k0 + _KEY_A) & _MASK32
-        k1 = (k1 + _KEY_B) & _MASK32
+    word, _, _, _ = philox_4x32(lo, hi, zero, zero, seed & _MASK32, (seed >> 32) & _MASK32)
     # uint_to_uniform_float: as int32, x < 0 becomes -x - 1 = 2**32 - 1 - x (unsigned view).
-    folded = torch.where(c0 >= 2 ** 31, _MASK32 - c0, c0)           # in [0, 2**31)
+    folded = torch.where(word >= 2 ** 31, _MASK32 - word, word)      # in [0, 2**31)
     scale = torch.tensor(_UNIFORM_SCALE, dtype=torch.float32, device=counters.device)
     return folded.to(torch.float32) * scale
 
@@ -142,4 +151,4 @@ def draw_seed_offset(device: torch.device | str | None = None) -> tuple[int, int
     return seed, offset
 
 
-__all__ = ["draw_seed_offset", "dropout_counters", "dropout_keep", "philox_uniform"]
+__all__ = ["draw_seed_offset", "dropout_counters", "dropout_keep", "philox_4x32", "philox_uniform"]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
+#   bash scripts/gpu_session.sh [STEP ...]     steps: env tests bench quick long ledger probe
+# Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
+set -o pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+STEPS=${*:-env tests}
+
+# Install only the carried wheels whose module is missing (never shadow the image's packages).
+missing=()
+for pair in pytest:pytest pluggy:pluggy iniconfig:iniconfig hypothesis:hypothesis \
+            sortedcontainers:sortedcontainers rich:rich markdown_it:markdown_it_py mdurl:mdurl \
+            pygments:pygments tqdm:tqdm matplotlib:matplotlib contourpy:contourpy cycler:cycler \
+            fontTools:fonttools kiwisolver:kiwisolver pyparsing:pyparsing dateutil:python_dateutil \
+            six:six PIL:pillow; do
+  mod=${pair%%:*}; whl=${pair##*:}
+  python3 -c "import $mod" 2>/dev/null || missing+=(.whl/${whl}-*.whl)
+done
+if [ ${#missing[@]} -gt 0 ] && [ -d .whl ]; then
+  echo "installing carried wheels: ${missing[*]}"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    ${missing[@]} && export PYTHONPATH="$PYTHONPATH:/tmp/site"
+fi
+
+for step in $STEPS; do
+  echo "=== step: $step ($(date +%T))"
+  case $step in
+    env)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+      python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
+      git rev-parse --short HEAD 2>/dev/null || true ;;
+    tests)
+      FLASHTILE_AUTOTUNE=0 python3 -m pytest tests -q -x -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    probe)
+      python3 scripts/probe.py 2>&1 | tee "$OUT/probe.log" ;;
+    quick)
+      python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
+    bench)
+      python3 -m flashtile bench --seqlens 512 1024 2048 4096 8192 16384 --headdims 64 128 \
+        --causal both --mode fwd fwdbwd --providers flashtile sdpa_cudnn sdpa_flash flex \
+        --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" ;;
+    long)
+      python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
+    ledger)
+      python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done

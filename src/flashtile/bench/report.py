@@ -1,0 +1,205 @@
+"""What a run leaves behind: rich tables on the terminal, a JSON file with every measurement and
+the run's metadata (device, versions, commit, date, FLOP convention)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import platform
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .cases import FLOP_CONVENTION, BenchCase, GridSpec
+from .check import FLOOR_EPS
+from .providers import CUDNN, GIB, PROVIDERS
+from .runner import Measurement, RunOptions
+
+CHECK_RULE = (f"err <= 2 * err(torch same dtype) + {FLOOR_EPS:g} * eps(dtype) * max|ref|, max abs "
+              "error against the float64 flashtile.attention_reference, on the output and (bwd "
+              "modes) dq, dk, dv; large cases on a reduced instance (seqlen <= 1024)")
+STATUS_STYLE = {"n/a": "dim", "WRONG": "bold red", "error": "red"}
+
+
+# ----------------------------------------------------------------------------- metadata
+
+def _git(*args: str) -> str | None:
+    """Output of a git command run in the package's checkout, or ``None`` outside one."""
+    package_dir = Path(__file__).resolve().parents[1]
+    try:
+        done = subprocess.run(["git", *args], cwd=package_dir, capture_output=True, text=True,
+                              timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _versions() -> dict:
+    versions = {"python": platform.python_version(), "torch": torch.__version__,
+                "cuda": torch.version.cuda, "cudnn": None, "triton": None, "flash_attn": None}
+    if torch.backends.cudnn.is_available():
+        versions["cudnn"] = torch.backends.cudnn.version()
+    for name in ("triton", "flash_attn"):
+        try:
+            versions[name] = getattr(__import__(name), "__version__", "unknown")
+        except Exception:  # not installed, or broken: recorded as None
+            pass
+    import flashtile
+    versions["flashtile"] = flashtile.__version__
+    return versions
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return f"{props.name} ({props.multi_processor_count} SMs)"
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
+                     notes: list[str]) -> dict:
+    """Everything needed to interpret the numbers later."""
+    commit = _git("rev-parse", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    timing = ("median of triton.testing.do_bench" if options.device.type == "cuda"
+              else "median of time.perf_counter over repeats")
+    return {
+        "device": device_name(options.device),
+        "versions": _versions(),
+        "git_commit": commit,
+        "git_dirty": bool(dirty) if commit else None,
+        "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "argv": sys.argv,
+        "options": cli_options,
+        "flop_convention": FLOP_CONVENTION,
+        "timing": f"{timing}, warmup {options.warmup_ms:g} ms, rep {options.rep_ms:g} ms",
+        "check_rule": CHECK_RULE,
+        "providers": {name: PROVIDERS[name].description for name in options.providers},
+        "grid": asdict(spec),
+        "check_only": options.check_only,
+        "notes": notes,
+    }
+
+
+# ----------------------------------------------------------------------------- JSON
+
+def _finite(value):
+    """JSON has no inf/nan: write them as strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def unique_stem(out_dir: Path) -> Path:
+    """``out_dir/bench-YYYYmmdd-HHMMSS`` (with a suffix if that exists already)."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    stem, n = out_dir / f"bench-{stamp}", 1
+    while stem.with_suffix(".json").exists():
+        stem, n = out_dir / f"bench-{stamp}-{n}", n + 1
+    return stem
+
+
+def write_json(path: Path, metadata: dict, measurements: list[Measurement]) -> Path:
+    payload = {"meta": metadata, "results": [m.as_dict() for m in measurements]}
+    path.write_text(json.dumps(_finite(payload), indent=1, allow_nan=False) + "\n")
+    return path
+
+
+# ----------------------------------------------------------------------------- tables
+
+def _format_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / GIB:.2f} GiB" if n >= GIB / 10 else f"{n / 2 ** 20:.0f} MiB"
+
+
+def _cell(m: Measurement, best: bool, memory: bool) -> str:
+    if m.status == "ok":
+        text = f"{m.tflops:.1f}\n[dim]{m.ms:.3f} ms[/]"
+        if memory:
+            text += f"\n[cyan]{_format_bytes(m.peak_memory)}[/]"
+        return f"[bold green]{text}[/]" if best else text
+    if m.status == "checked":
+        ratio = m.check.worst_ratio if m.check else None
+        return "ok" + (f"\n[dim]{ratio:.2f} of budget[/]" if ratio is not None else "")
+    return f"[{STATUS_STYLE.get(m.status, '')}]{m.status}[/]"
+
+
+def _ratio(value: float | None, suffix: str = "") -> str:
+    if value is None:
+        return "-"
+    style = "green" if value >= 1.0 else "red"
+    return f"[{style}]{value:.2f}x[/]{suffix}"
+
+
+def group_key(case: BenchCase) -> tuple:
+    """Tables and plots are one per (mode, dtype, GQA ratio)."""
+    return case.mode, case.dtype, case.gqa
+
+
+def _group_title(key: tuple, device: str) -> str:
+    mode, dtype, gqa = key
+    gqa_text = f", hq/hkv = {gqa}" if gqa > 1 else ""
+    return f"{mode} · {dtype}{gqa_text} · {device}"
+
+
+def build_tables(measurements: list[Measurement], options: RunOptions, subject: str,
+                 device: str) -> list:
+    """One rich table per (mode, dtype, GQA): rows are (d, mask, seqlen), columns providers."""
+    from rich.table import Table
+
+    groups: dict[tuple, dict[BenchCase, dict[str, Measurement]]] = {}
+    for m in measurements:
+        groups.setdefault(group_key(m.case), {}).setdefault(m.case, {})[m.provider] = m
+    show_ratios = not options.check_only and subject in options.providers
+    show_cudnn = show_ratios and CUDNN in options.providers and subject != CUDNN
+    unit = "check (err / budget)" if options.check_only else "TFLOP/s, ms"
+    tables = []
+    for key, rows in groups.items():
+        table = Table(title=f"{_group_title(key, device)} — {unit}", show_lines=True)
+        for header in ("d", "mask", "seqlen", "b x h"):
+            table.add_column(header, justify="right")
+        for name in options.providers:
+            table.add_column(name, justify="right")
+        if show_ratios:
+            table.add_column(f"{subject}\n÷ best other", justify="right")
+        if show_cudnn:
+            table.add_column(f"{subject}\n÷ cuDNN", justify="right")
+        for case, by_provider in rows.items():
+            timed = [m for m in by_provider.values() if m.status == "ok"]
+            fastest = max(timed, key=lambda m: m.tflops).provider if len(timed) > 1 else None
+            heads = (f"{case.nheads}" if case.gqa == 1 else f"{case.nheads}/{case.nheads_kv}")
+            cells = [str(case.headdim), "causal" if case.causal else "full", str(case.seqlen),
+                     f"{case.batch} x {heads}"]
+            cells += [_cell(by_provider[n], n == fastest, options.memory)
+                      if n in by_provider else "" for n in options.providers]
+            mine = by_provider.get(subject)
+            if show_ratios:
+                best = f"\n[dim]{mine.best_other}[/]" if mine and mine.best_other else ""
+                cells.append(_ratio(mine.vs_best_other if mine else None, best))
+            if show_cudnn:
+                cells.append(_ratio(mine.vs_cudnn if mine else None))
+            table.add_row(*cells)
+        tables.append(table)
+    return tables
+
+
+def status_notes(measurements: list[Measurement]) -> list[str]:
+    """One line per (provider, status, reason) that is not a clean measurement."""
+    counts: dict[tuple, list[BenchCase]] = {}
+    for m in measurements:
+        if m.status not in ("ok", "checked"):
+            counts.setdefault((m.provider, m.status, m.reason), []).append(m.case)
+    notes = []
+    for (provider, status, reason), cases in counts.items():
+        where = cases[0].label() if len(cases) == 1 else f"{len(cases)} points, e.g. {cases[0].label()}"
+        notes.append(f"{provider} {status} ({where}): {reason}")
+    return notes

@@ -1,0 +1,158 @@
+"""Run the grid: for every (case, provider) check first, then time; collect :class:`Measurement`s.
+
+Nothing a provider does can stop the run: unsupported cases become ``n/a`` with the reason,
+failures ``error``, wrong answers ``WRONG`` (and are not timed).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+
+import torch
+
+from .cases import BenchCase
+from .check import Checker, CheckResult
+from .providers import CUDNN, GIB, PROVIDERS, Provider
+from .timing import make_timed_call, median_ms, peak_extra_memory
+
+# Leave room for the inputs and the allocator when judging whether S and P fit.
+FREE_MEMORY_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    device: torch.device
+    providers: tuple[str, ...]
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    memory: bool = False
+    check_only: bool = False
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One provider at one grid point.
+
+    ``status``: ``ok`` (checked and timed), ``checked`` (``--check-only``), ``WRONG``, ``n/a``
+    or ``error``. The ratios compare TFLOP/s at the same point (> 1: this provider is faster).
+    """
+
+    provider: str
+    case: BenchCase
+    status: str
+    reason: str | None = None
+    ms: float | None = None
+    peak_memory: int | None = None
+    check: CheckResult | None = None
+    best_other: str | None = None
+    vs_best_other: float | None = None
+    vs_cudnn: float | None = None
+
+    @property
+    def tflops(self) -> float | None:
+        if self.ms is None:
+            return None
+        return self.case.flops / (self.ms * 1e-3) / 1e12
+
+    def as_dict(self) -> dict:
+        row = {"provider": self.provider, **self.case.as_dict(), "status": self.status,
+               "reason": self.reason, "ms": self.ms, "tflops": self.tflops,
+               "peak_memory_bytes": self.peak_memory, "best_other": self.best_other,
+               "vs_best_other": self.vs_best_other, "vs_cudnn": self.vs_cudnn}
+        row["check"] = self.check.as_dict() if self.check is not None else None
+        return row
+
+
+def _free_memory(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    free, _total = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def _too_big(provider: Provider, case: BenchCase, device: torch.device) -> str | None:
+    """A clear ``n/a`` for providers whose ``seqlen x seqlen`` matrices cannot fit."""
+    need = provider.memory_estimate(case)
+    free = _free_memory(device)
+    if need and free is not None and need > FREE_MEMORY_FRACTION * free:
+        return (f"needs ~{need / GIB:.0f} GiB for seqlen x seqlen intermediates, "
+                f"{free / GIB:.0f} GiB free")
+    return None
+
+
+def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:
+    """Time one checked provider; failures become ``n/a``/``error``."""
+    device = options.device
+    call = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with provider.context():
+                call = make_timed_call(provider, case, device)
+                memory = peak_extra_memory(call, device) if options.memory else None
+                ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
+            return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory)
+        except Exception as exc:  # reported, never raised
+            reason = provider.explain_failure(exc, [str(w.message) for w in caught])
+            status = "n/a" if reason is not None else "error"
+            reason = reason or f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+            return Measurement(provider.name, case, status, reason=reason)
+        finally:
+            del call
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+
+
+def measure(provider: Provider, case: BenchCase, checker: Checker,
+            options: RunOptions) -> Measurement:
+    """Check, then (unless ``--check-only`` or the check failed) time one provider at one case."""
+    reason = provider.unavailable(case, options.device) or _too_big(provider, case,
+                                                                     options.device)
+    if reason is not None:
+        return Measurement(provider.name, case, "n/a", reason=reason)
+    check = checker.check(provider, case)
+    if check.status != "ok":
+        return Measurement(provider.name, case, check.status, reason=check.reason, check=check)
+    if options.check_only:
+        return Measurement(provider.name, case, "checked", check=check)
+    return replace(_time(provider, case, options), check=check)
+
+
+def add_ratios(measurements: list[Measurement]) -> list[Measurement]:
+    """Fill ``best_other``, ``vs_best_other`` and ``vs_cudnn`` from the timed results."""
+    by_case: dict[BenchCase, list[Measurement]] = {}
+    for m in measurements:
+        if m.status == "ok":
+            by_case.setdefault(m.case, []).append(m)
+    result = []
+    for m in measurements:
+        timed = by_case.get(m.case, []) if m.status == "ok" else []
+        others = [o for o in timed if o.provider != m.provider]
+        if others:
+            best = max(others, key=lambda o: o.tflops)
+            cudnn = next((o for o in others if o.provider == CUDNN), None)
+            m = replace(m, best_other=best.provider, vs_best_other=m.tflops / best.tflops,
+                        vs_cudnn=m.tflops / cudnn.tflops if cudnn else None)
+        result.append(m)
+    return result
+
+
+def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[Measurement]:
+    """All measurements of the grid (with ratios), showing a rich progress bar."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    checker = Checker(options.device)
+    measurements = []
+    columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
+               MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("benchmark", total=len(cases) * len(options.providers))
+        for case in cases:
+            for name in options.providers:
+                progress.update(task, description=f"{case.label()} {name:<14}")
+                measurements.append(measure(PROVIDERS[name], case, checker, options))
+                progress.advance(task)
+        progress.update(task, description="benchmark done")
+    return add_ratios(measurements)

@@ -1,0 +1,116 @@
+"""Timing: what one timed call is for each mode, and how it is measured.
+
+- ``fwd``: the forward alone, inputs without ``requires_grad`` (no autograd bookkeeping).
+- ``bwd``: the backward alone: one forward builds the graph, each timed call runs
+  ``out.backward(dout, retain_graph=True)``.
+- ``fwdbwd``: forward then ``out.backward(dout)``, as in a training step.
+
+Input gradients are reset to ``None`` before every call (``grad_to_none``) so the timing never
+includes accumulating into an old ``.grad``.
+
+On a GPU the time is the median of ``triton.testing.do_bench`` (which also flushes the L2 cache
+between calls); on CPU the median of ``time.perf_counter`` over repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .cases import BenchCase
+from .check import random_inputs
+from .providers import Provider
+
+
+@dataclass(frozen=True)
+class TimedCall:
+    """The function to time and the tensors whose ``.grad`` is reset before each call."""
+
+    fn: Callable[[], object]
+    grad_to_none: tuple[torch.Tensor, ...]
+
+
+def make_timed_call(provider: Provider, case: BenchCase, device: torch.device) -> TimedCall:
+    """Build the inputs (native layout) and the call for ``case.mode``; runs it once to prime
+    (compilation, autotuning) and to build the graph the backward needs."""
+    (q, k, v), dout = random_inputs(case, device, seed=1)
+    leaves = tuple(provider.to_native(x).requires_grad_(case.needs_grad) for x in (q, k, v))
+    dout = provider.to_native(dout)
+    del q, k, v
+    attention = provider.build(case, device)
+    if case.mode == "fwd":
+        attention(*leaves)
+        return TimedCall(lambda: attention(*leaves), ())
+    if case.mode == "bwd":
+        out = attention(*leaves)
+        out.backward(dout, retain_graph=True)
+        _clear_grads(leaves)
+        return TimedCall(lambda: out.backward(dout, retain_graph=True), leaves)
+    if case.mode == "fwdbwd":
+        attention(*leaves).backward(dout)
+        _clear_grads(leaves)
+        return TimedCall(lambda: attention(*leaves).backward(dout), leaves)
+    raise ValueError(f"unknown mode {case.mode!r}")
+
+
+def _clear_grads(tensors) -> None:
+    for t in tensors:
+        t.grad = None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_ms(call: TimedCall, device: torch.device, warmup_ms: float, rep_ms: float) -> float:
+    """Median time of one call in milliseconds."""
+    if device.type == "cuda":
+        import triton.testing
+        return float(triton.testing.do_bench(call.fn, warmup=warmup_ms, rep=rep_ms,
+                                             grad_to_none=list(call.grad_to_none) or None,
+                                             return_mode="median"))
+    return _cpu_median_ms(call, warmup_ms, rep_ms)
+
+
+def _cpu_median_ms(call: TimedCall, warmup_ms: float, rep_ms: float,
+                   min_reps: int = 3, max_reps: int = 1000) -> float:
+    """Median of ``perf_counter`` over repeats: ``warmup_ms`` of warm-up (at least one call),
+    then calls until ``rep_ms`` have passed (at least ``min_reps``)."""
+    start = time.perf_counter()
+    while True:
+        _clear_grads(call.grad_to_none)
+        call.fn()
+        if (time.perf_counter() - start) * 1e3 >= warmup_ms:
+            break
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_reps or (len(times) < max_reps
+                                    and (time.perf_counter() - start) * 1e3 < rep_ms):
+        _clear_grads(call.grad_to_none)
+        t0 = time.perf_counter()
+        call.fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def peak_extra_memory(call: TimedCall, device: torch.device) -> int | None:
+    """Bytes allocated at the peak of one call beyond what was allocated before it (CUDA only).
+
+    Includes the call's outputs and gradients; excludes the inputs (and, for ``bwd``, the graph
+    the forward kept)."""
+    if device.type != "cuda":
+        return None
+    _clear_grads(call.grad_to_none)
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    call.fn()
+    torch.cuda.synchronize(device)
+    peak = torch.cuda.max_memory_allocated(device) - before
+    _clear_grads(call.grad_to_none)
+    return int(peak)

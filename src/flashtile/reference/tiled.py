@@ -1,0 +1,349 @@
+"""The exact chunked PyTorch path: online softmax over K/V chunks, recomputing backward.
+
+This is the CPU backend and the readable statement of the algorithm the Triton kernels run.
+Only Q, K, V, O and the per-row log-sum-exp ever exist at full size; the score matrix exists one
+chunk of keys at a time, so the extra memory is ``O(batch * nheads * seqlen_q * chunk_size)``,
+never ``seqlen_q x seqlen_k`` per batch-head.
+
+Notation:
+
+- ``b, sq, sk``: batch, query and key lengths; ``hq``/``hkv``: query and key-value heads;
+  ``g = hq // hkv`` query heads share one KV head (GQA); ``d``/``dv``: QK and V head dims.
+- rows: the ``g * sq`` query rows that read one KV head, laid out ``(b, hkv, g * sq, .)``, so one
+  matmul against a ``(b, hkv, n, d)`` key chunk serves the whole group without expanding K/V.
+  The same memory viewed as ``(b, hq, sq, .)`` ("heads" layout) is what masks and mods see.
+- chunk: keys ``[start, end)``, ``n = end - start <= chunk_size``. Only chunks the causal/window
+  band lets some query see are visited (:func:`key_chunks`).
+- ``s``: one chunk's scores after scale, softcap, ALiBi, ``score_mod`` and the float bias,
+  ``-inf`` where the band, ``mask_mod`` or the bool bias hide the key.
+- ``m``, ``l``: running row max and running row sum of ``exp(s - m)``; ``acc``: the unnormalised
+  output. A chunk that raises the max discounts both by ``alpha = exp(m_old - m_new)``.
+- ``lse = m + log(l)`` (natural log); rows that see no key keep ``l = 0``: out 0, lse ``-inf``.
+- backward: ``P = exp(s - lse)`` recomputed per chunk, ``D = rowsum(dO * O)``,
+  ``dV = P^T dO``, ``dP = dO V^T``, ``dS = P * (dP - D)``, ``dQ += dS K * scale``,
+  ``dK = dS^T Q * scale``. Dropout multiplies ``P`` by ``Z = keep / (1 - p)`` before ``P V``
+  (``l`` uses the undropped ``P``) and is replayed from ``(seed, offset)`` in backward.
+
+References: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018); Dao et al.,
+"FlashAttention" (2022) and "FlashAttention-2" (2023).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..params import AttentionParams
+from .dense import alibi_bias, visible_mask
+from .philox import dropout_keep
+
+_NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Sizes of one call and the moves between the input layout and the rows layout."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    nheads: int
+    nheads_kv: int
+    dtype: torch.dtype  # compute dtype: float64 for float64 inputs, float32 otherwise
+
+    @property
+    def group(self) -> int:
+        return self.nheads // self.nheads_kv
+
+    @property
+    def nrows(self) -> int:
+        return self.group * self.seqlen_q
+
+    def to_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """``(b, sq, hq, e)`` -> ``(b, hkv, g * sq, e)`` in the compute dtype."""
+        b, sq, _, e = x.shape
+        x = x.to(self.dtype).reshape(b, sq, self.nheads_kv, self.group, e)   # (b, sq, hkv, g, e)
+        return x.permute(0, 2, 3, 1, 4).reshape(b, self.nheads_kv, self.nrows, e)
+
+    def from_rows(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``(b, hkv, g * sq, e)`` -> ``(b, sq, hq, e)`` in ``dtype``."""
+        e = x.shape[-1]
+        b, hkv, g, sq = self.batch, self.nheads_kv, self.group, self.seqlen_q
+        x = x.reshape(b, hkv, g, sq, e)                                   # (b, hkv, g, sq, e)
+        return x.permute(0, 3, 1, 2, 4).reshape(b, sq, self.nheads, e).to(dtype)  # (b, sq, hq, e)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """Rows layout ``(b, hkv, g * sq, n)`` viewed as ``(b, hq, sq, n)``."""
+        return x.view(self.batch, self.nheads, self.seqlen_q, x.shape[-1])
+
+    def rows(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        """Anything broadcastable to ``(b, hq, sq, n)`` as rows layout ``(b, hkv, g * sq, n)``."""
+        x = x.expand(self.batch, self.nheads, self.seqlen_q, n)
+        return x.reshape(self.batch, self.nheads_kv, self.nrows, n)
+
+    def kv_chunk(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Keys or values ``[start, end)`` of ``(b, sk, hkv, e)`` as ``(b, hkv, n, e)``."""
+        return x[:, start:end].to(self.dtype).transpose(1, 2)
+
+
+def _layout(q: torch.Tensor, k: torch.Tensor, params: AttentionParams,
+            chunk_size: int) -> _Layout:
+    if params.block_mask is not None:
+        raise NotImplementedError(
+            "block_mask on the torch path arrives with block-sparse attention")
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    batch, seqlen_q, nheads, _ = q.shape
+    seqlen_k, nheads_kv = k.shape[1], k.shape[2]
+    if nheads % nheads_kv != 0:
+        raise ValueError(f"nheads_q ({nheads}) must be a multiple of nheads_kv ({nheads_kv})")
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return _Layout(batch, seqlen_q, seqlen_k, nheads, nheads_kv, dtype)
+
+
+def key_chunks(params: AttentionParams, seqlen_q: int, seqlen_k: int,
+               chunk_size: int) -> list[tuple[int, int]]:
+    """The key chunks ``[start, end)`` that at least one query row can see.
+
+    The union of the rows' bands ``[i + off - left, i + off + right]`` over ``i < seqlen_q`` is
+    the single interval ``[off - left, seqlen_q - 1 + off + right]`` (consecutive rows' bands
+    overlap), clipped to ``[0, seqlen_k)``. Chunks start on multiples of ``chunk_size``, like the
+    kernels' tiles, and chunks wholly outside the interval are never visited::
+
+        sq=4, sk=10, chunk 3, window (1, 0), bottom-right (off = 6): row i sees [i + 5, i + 6]
+
+                   chunk   0 0 0 | 1 1 1 | 2 2 2 | 3
+                   row 0   . . . | . . x | x . . | .
+                   row 1   . . . | . . . | x x . | .
+                   row 2   . . . | . . . | . x x | .
+                   row 3   . . . | . . . | . . x | x
+
+        visited: [3, 6) [6, 9) [9, 10); chunk 0 is never loaded.
+
+    Every visited chunk meets all query rows, so bottom-right causal skips no chunk (its last row
+    sees every key); top-left causal with ``sq < sk`` and bounded windows do skip.
+    """
+    if seqlen_q == 0 or seqlen_k == 0:
+        return []
+    off = params.diagonal_offset(seqlen_q, seqlen_k)
+    first, last = 0, seqlen_k - 1
+    if params.window_left >= 0:
+        first = max(first, off - params.window_left)
+    if params.window_right >= 0:
+        last = min(last, seqlen_q - 1 + off + params.window_right)
+    if first > last:
+        return []
+    starts = range(first // chunk_size * chunk_size, last + 1, chunk_size)
+    return [(start, min(start + chunk_size, seqlen_k)) for start in starts]
+
+
+def _attn_bias_chunk(bias: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """The keys ``[start, end)`` of a bias broadcastable to ``(b, hq, sq, sk)``; a view, no copy."""
+    bias = bias[(None,) * (4 - bias.dim())]          # (b|1, h|1, sq|1, sk|1)
+    return bias if bias.shape[-1] == 1 else bias[..., start:end]
+
+
+def _chunk_scores(raw: torch.Tensor, params: AttentionParams, lay: _Layout,
+                  start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Modified scores and visibility of one key chunk, in the order of ``attention_reference``.
+
+    Args:
+        raw: ``(b, hq, sq, n)``, ``softmax_scale * Q K^T`` for keys ``[start, end)``.
+
+    Returns:
+        ``(scores, keep)``: scores ``(b, hq, sq, n)`` after softcap, ALiBi, ``score_mod`` and the
+        float bias (not yet masked); keep, bool broadcastable to it, True where the key is visible.
+    """
+    dev = raw.device
+    q_idx = torch.arange(lay.seqlen_q, device=dev)[:, None]           # (sq, 1)
+    kv_idx = torch.arange(start, end, device=dev)[None, :]            # (1, n), absolute positions
+    b_idx = torch.arange(lay.batch, device=dev)[:, None, None, None]  # (b, 1, 1, 1)
+    h_idx = torch.arange(lay.nheads, device=dev)[None, :, None, None]  # (1, hq, 1, 1)
+
+    scores = raw
+    if params.softcap > 0:
+        scores = params.softcap * torch.tanh(scores / params.softcap)
+    if params.alibi_slopes is not None:
+        scores = scores + alibi_bias(params.alibi_slopes.to(dev), lay.batch, lay.nheads, q_idx,
+                                     kv_idx, lay.seqlen_q, lay.seqlen_k).to(lay.dtype)
+    if params.score_mod is not None:
+        scores = params.score_mod(scores, b_idx, h_idx, q_idx[None, None], kv_idx[None, None])
+        scores = scores.to(lay.dtype)
+    keep = visible_mask(q_idx, kv_idx, lay.seqlen_q, lay.seqlen_k, params)   # (sq, n)
+    if params.mask_mod is not None:
+        keep = keep & params.mask_mod(b_idx, h_idx, q_idx[None, None], kv_idx[None, None]).bool()
+    if params.attn_bias is not None:
+        bias = _attn_bias_chunk(params.attn_bias, start, end)
+        if bias.dtype == torch.bool:
+            keep = keep & bias
+        else:
+            scores = scores + bias.to(lay.dtype)
+    return scores, keep
+
+
+def _dropout_scale(params: AttentionParams, lay: _Layout, start: int, end: int,
+                   device: torch.device) -> torch.Tensor:
+    """``Z = keep / (1 - p)`` for keys ``[start, end)`` in rows layout ``(b, hkv, g * sq, n)``."""
+    dev = device
+    keep = dropout_keep(params,
+                        torch.arange(lay.batch, device=dev)[:, None, None, None],
+                        torch.arange(lay.nheads, device=dev)[None, :, None, None],
+                        torch.arange(lay.seqlen_q, device=dev)[:, None],
+                        torch.arange(start, end, device=dev)[None, :],
+                        lay.nheads, lay.seqlen_q, lay.seqlen_k)       # (b, hq, sq, n)
+    return lay.rows(keep.to(lay.dtype) * (1.0 / (1.0 - params.dropout_p)), end - start)
+
+
+def _online_softmax(qh: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
+                    params: AttentionParams, lay: _Layout, chunk_size: int):
+    """The forward loop over key chunks.
+
+    Args:
+        qh: queries in rows layout ``(b, hkv, g * sq, d)``, compute dtype.
+        k, v: ``(b, sk, hkv, d)``, ``(b, sk, hkv, dv)`` as given; ``v=None`` computes only the
+            row statistics (the float64 backward uses that to recover an exact lse).
+
+    Returns:
+        ``(m, l, acc)``: running max and sum ``(b, hkv, g * sq)``, unnormalised output
+        ``(b, hkv, g * sq, dv)`` (``None`` without ``v``).
+    """
+    shape = qh.shape[:-1]
+    m = torch.full(shape, _NEG_INF, dtype=lay.dtype, device=qh.device)
+    l = torch.zeros(shape, dtype=lay.dtype, device=qh.device)
+    acc = None if v is None else qh.new_zeros(*shape, v.shape[-1])
+    for start, end in key_chunks(params, lay.seqlen_q, lay.seqlen_k, chunk_size):
+        n = end - start
+        kc = lay.kv_chunk(k, start, end)                                  # (b, hkv, n, d)
+        raw = lay.heads(torch.matmul(qh, kc.transpose(-1, -2))) * params.softmax_scale
+        scores, keep = _chunk_scores(raw, params, lay, start, end)        # (b, hq, sq, n)
+        s = lay.rows(scores.masked_fill(~keep, _NEG_INF), n)             # (b, hkv, g*sq, n)
+
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        # A row that has seen no visible key yet has m_new = -inf; subtracting 0 instead keeps
+        # exp(-inf - -inf) = NaN out (p and alpha are then exactly 0, as they should be).
+        m_safe = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - m_safe[..., None])                              # (b, hkv, g*sq, n)
+        alpha = torch.exp(m - m_safe)                                     # discount, (b, hkv, g*sq)
+        l = l * alpha + p.sum(dim=-1)
+        if v is not None:
+            if params.dropout_p > 0:
+                p = p * _dropout_scale(params, lay, start, end, qh.device)
+            acc = acc * alpha[..., None] + torch.matmul(p, lay.kv_chunk(v, start, end))
+        m = m_new
+    return m, l, acc
+
+
+def _lse(m: torch.Tensor, l: torch.Tensor) -> torch.Tensor:
+    """``m + log(l)``, ``-inf`` where the row saw no key (``l = 0``)."""
+    return torch.where(l > 0, m + torch.log(l), torch.full_like(m, _NEG_INF))
+
+
+@torch.no_grad()
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: AttentionParams,
+            chunk_size: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention forward, one chunk of ``chunk_size`` keys at a time.
+
+    Args:
+        q: ``(b, sq, hq, d)``; k: ``(b, sk, hkv, d)``; v: ``(b, sk, hkv, dv)``; ``hq % hkv == 0``.
+        params: what to compute (every feature of :func:`attention_reference` except
+            ``block_mask``).
+        chunk_size: keys per chunk; any positive int (it need not divide ``sk``).
+
+    Returns:
+        ``(out, lse)``: out ``(b, sq, hq, dv)`` in ``q.dtype`` (0 for rows that see no key);
+        lse float32 ``(b, hq, sq)``, natural log, ``-inf`` for those rows. Computed in float32
+        (float64 for float64 inputs).
+    """
+    lay = _layout(q, k, params, chunk_size)
+    qh = lay.to_rows(q)                                                   # (b, hkv, g*sq, d)
+    m, l, acc = _online_softmax(qh, k, v, params, lay, chunk_size)
+    # Normalise once at the end; rows with l = 0 have acc = 0 and stay 0.
+    out = acc / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+    lse = _lse(m, l).reshape(lay.batch, lay.nheads, lay.seqlen_q).to(torch.float32)
+    return lay.from_rows(out, q.dtype), lse
+
+
+def _chain_to_raw(ds: torch.Tensor, raw: torch.Tensor, scores: torch.Tensor, keep: torch.Tensor,
+                  params: AttentionParams) -> torch.Tensor:
+    """Gradient w.r.t. ``raw = scale * Q K^T`` from the gradient ``ds`` w.r.t. ``scores``.
+
+    All arguments in heads layout ``(b, hq, sq, n)``. ALiBi and the float bias are additive
+    (derivative 1); softcap has ``d(c * tanh(x / c))/dx = 1 - tanh(x / c)**2``; a ``score_mod``
+    is differentiated by autograd on this chunk (``scores`` was built from ``raw`` with grad on).
+    """
+    if params.score_mod is not None:
+        if not scores.requires_grad:          # a score_mod that ignores the score
+            return torch.zeros_like(raw)
+        (draw,) = torch.autograd.grad(scores, raw, ds, allow_unused=True)
+        if draw is None:
+            return torch.zeros_like(raw)
+        # ds is 0 at hidden keys, but a score_mod may have an infinite slope there.
+        return torch.where(keep, draw, torch.zeros_like(draw))
+    if params.softcap > 0:
+        tanh = torch.tanh(raw / params.softcap)
+        return ds * (1 - tanh * tanh)
+    return ds
+
+
+@torch.no_grad()
+def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             out: torch.Tensor, lse: torch.Tensor, params: AttentionParams,
+             chunk_size: int = 128) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Attention backward, recomputing the probabilities one key chunk at a time.
+
+    Args:
+        dout: ``(b, sq, hq, dv)``, gradient of ``out``.
+        q, k, v: as in :func:`forward`; out, lse: what :func:`forward` returned.
+        params, chunk_size: as in :func:`forward` (same ``seed``/``offset``: the dropout mask is
+            regenerated, not stored).
+
+    Returns:
+        ``(dq, dk, dv)`` in the dtypes and shapes of ``q``, ``k``, ``v``. Rows that see no key
+        contribute nothing (their ``P`` is 0), so their ``dq`` is 0.
+    """
+    lay = _layout(q, k, params, chunk_size)
+    qh = lay.to_rows(q)                                                   # (b, hkv, g*sq, d)
+    doh = lay.to_rows(dout)                                               # (b, hkv, g*sq, dv)
+    delta = (doh * lay.to_rows(out)).sum(dim=-1)                          # D, (b, hkv, g*sq)
+    if lay.dtype == torch.float64:
+        # The saved lse is float32; in float64 its rounding (~1e-7 relative) would dominate the
+        # gradients, so recover the exact one with a statistics-only pass over K.
+        m, l, _ = _online_softmax(qh, k, None, params, lay, chunk_size)
+        lse_rows = _lse(m, l)
+    else:
+        lse_rows = lse.to(lay.dtype).reshape(lay.batch, lay.nheads_kv, lay.nrows)
+    # Rows that saw no key have lse = -inf and only -inf scores: subtract 0 so P = exp(-inf) = 0.
+    lse_safe = torch.where(lse_rows == _NEG_INF, torch.zeros_like(lse_rows), lse_rows)
+
+    dq = torch.zeros_like(qh)
+    dk = torch.zeros(k.shape, dtype=lay.dtype, device=k.device)          # (b, sk, hkv, d)
+    dv = torch.zeros(v.shape, dtype=lay.dtype, device=v.device)          # (b, sk, hkv, dv)
+    for start, end in key_chunks(params, lay.seqlen_q, lay.seqlen_k, chunk_size):
+        n = end - start
+        kc = lay.kv_chunk(k, start, end)                                  # (b, hkv, n, d)
+        vc = lay.kv_chunk(v, start, end)                                  # (b, hkv, n, dv)
+        raw = lay.heads(torch.matmul(qh, kc.transpose(-1, -2))) * params.softmax_scale
+        with torch.enable_grad():
+            raw.requires_grad_(params.score_mod is not None)
+            scores, keep = _chunk_scores(raw, params, lay, start, end)    # (b, hq, sq, n)
+        s = lay.rows(scores.detach().masked_fill(~keep, _NEG_INF), n)    # (b, hkv, g*sq, n)
+        p = torch.exp(s - lse_safe[..., None])                            # P, (b, hkv, g*sq, n)
+
+        dp = torch.matmul(doh, vc.transpose(-1, -2))                      # dP = dO V^T
+        p_dropped = p
+        if params.dropout_p > 0:
+            z = _dropout_scale(params, lay, start, end, q.device)
+            p_dropped = p * z                                             # what multiplied V
+            dp = dp * z                                                   # gradient w.r.t. P
+        dv[:, start:end] = torch.matmul(p_dropped.transpose(-1, -2), doh).transpose(1, 2)
+        ds = p * (dp - delta[..., None])                                  # dS, (b, hkv, g*sq, n)
+        ds = _chain_to_raw(lay.heads(ds), raw, scores, keep, params)
+        ds = lay.rows(ds, n) * params.softmax_scale                       # d(QK^T)
+        dq += torch.matmul(ds, kc)
+        dk[:, start:end] = torch.matmul(ds.transpose(-1, -2), qh).transpose(1, 2)
+    return lay.from_rows(dq, q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+__all__ = ["backward", "forward", "key_chunks"]

@@ -1,0 +1,162 @@
+"""The dropout RNG: ``flashtile.reference.philox`` against Triton's ``tl.rand`` bit for bit, the
+Philox known-answer vectors, the counter layout and the keep statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from flashtile.params import AttentionParams
+from flashtile.reference.philox import (draw_seed_offset, dropout_counters, dropout_keep,
+                                        philox_4x32, philox_uniform)
+
+SEEDS = [0, 1, 12345, 2**31 - 1, 2**33 + 7, -5]
+
+
+def _offsets() -> torch.Tensor:
+    """1024 int64 counters: small, around the 32-bit boundary, above 2**40, random, negative."""
+    special = torch.tensor([0, 1, 2, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**33 + 5,
+                            2**40, 2**40 + 12345, 2**62 + 3, 2**63 - 1, -1, -2**32, -2**40 - 7],
+                           dtype=torch.int64)
+    small = torch.arange(500, dtype=torch.int64)
+    shifted = torch.arange(256, dtype=torch.int64) + (2**32 - 100)
+    rand = torch.randint(0, 2**62, (1024 - special.numel() - 500 - 256,), dtype=torch.int64,
+                         generator=torch.Generator().manual_seed(7))
+    return torch.cat([special, small, shifted, rand])
+
+
+# Runs in a fresh interpreter: TRITON_INTERPRET must be set before triton is imported, and
+# another test module may already have imported triton in this process. @triton.jit needs the
+# kernel's source, so the script is written to a file rather than passed with -c.
+_TRITON_SCRIPT = textwrap.dedent('''
+    import sys
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _rand_kernel(out_ptr, offsets_ptr, seed, N: tl.constexpr):
+        idx = tl.arange(0, N)
+        tl.store(out_ptr + idx, tl.rand(seed, tl.load(offsets_ptr + idx)))
+
+    offsets = torch.load(sys.argv[1])
+    seeds = [int(s) for s in sys.argv[3:]]
+    results = {}
+    for seed in seeds:
+        out = torch.full(offsets.shape, float("nan"), dtype=torch.float32)
+        _rand_kernel[(1,)](out, offsets, seed, N=offsets.numel())
+        results[seed] = out
+    torch.save(results, sys.argv[2])
+''')
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+def test_bitwise_equal_to_triton_tl_rand(tmp_path):
+    offsets = _offsets()
+    assert offsets.dtype == torch.int64 and offsets.numel() == 1024
+    script = tmp_path / "triton_rand.py"
+    script.write_text(_TRITON_SCRIPT)
+    torch.save(offsets, tmp_path / "offsets.pt")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "offsets.pt"),
+                           str(tmp_path / "out.pt"), *map(str, SEEDS)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = torch.load(tmp_path / "out.pt")
+    for seed in SEEDS:
+        ours = philox_uniform(seed, offsets)
+        theirs = results[seed]
+        differ = ours.view(torch.int32) != theirs.view(torch.int32)
+        assert not differ.any(), (f"seed {seed}: {int(differ.sum())} of {offsets.numel()} differ, "
+                                  f"first at counter {int(offsets[differ][0])}")
+
+
+@pytest.mark.parametrize("counter, key, expected", [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+], ids=["zeros", "ones", "pi"])
+def test_philox_known_answers(counter, key, expected):
+    """Random123's Philox4x32-10 known-answer vectors."""
+    words = philox_4x32(*(torch.tensor([c], dtype=torch.int64) for c in counter), *key)
+    assert tuple(int(w) for w in words) == expected
+
+
+# tl.rand(1234, offsets) bits, recorded with TRITON_INTERPRET=1 and triton 3.6.0.
+_PINNED_1234 = [1048724172, 1061298755, 1021798995, 1059173161]
+
+
+def test_known_values_pinned():
+    """Pins the replica without triton installed (the values above)."""
+    offsets = torch.tensor([0, 1, 2**32 + 5, 2**40 + 3], dtype=torch.int64)
+    bits = philox_uniform(1234, offsets).view(torch.int32).tolist()
+    assert bits == _PINNED_1234
+
+
+
+def test_uniform_range_shape_dtype():
+    counters = torch.arange(4096, dtype=torch.int32).reshape(8, 512)
+    u = philox_uniform(3, counters)
+    assert u.shape == (8, 512) and u.dtype == torch.float32
+    assert (u >= 0).all() and (u < 1).all()
+    assert torch.equal(u, philox_uniform(3, counters.to(torch.int64)))
+    assert not torch.equal(u, philox_uniform(4, counters))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_keep_fraction_within_five_sigma(p):
+    n = 1 << 20
+    params = AttentionParams(softmax_scale=1.0, dropout_p=p, seed=2024, offset=2**33 + 17)
+    keep = dropout_keep(params, 0, 0, 0, torch.arange(n), 1, 1, n)
+    sigma = (p * (1 - p) / n) ** 0.5
+    assert abs(keep.double().mean().item() - (1 - p)) < 5 * sigma
+
+
+def test_uniform_histogram_flat():
+    n, bins = 1 << 20, 16
+    u = philox_uniform(99, torch.arange(n, dtype=torch.int64) + 2**35)
+    counts = torch.histc(u, bins=bins, min=0.0, max=1.0)
+    expected = n / bins
+    sigma = (expected * (1 - 1 / bins)) ** 0.5
+    assert (counts - expected).abs().max().item() < 5 * sigma
+
+
+def test_dropout_counters_layout():
+    params = AttentionParams(softmax_scale=1.0, offset=2**36 + 3)
+    b, h, sq, sk = 2, 3, 5, 7
+    counters = dropout_counters(params, torch.arange(b)[:, None, None, None],
+                                torch.arange(h)[None, :, None, None], torch.arange(sq)[:, None],
+                                torch.arange(sk)[None, :], h, sq, sk)
+    assert counters.shape == (b, h, sq, sk) and counters.dtype == torch.int64
+    # Row-major over (b, h, sq, sk), starting at the offset: every counter used exactly once.
+    assert torch.equal(counters.flatten(), params.offset + torch.arange(b * h * sq * sk))
+    assert int(dropout_counters(params, 1, 2, 3, 4, h, sq, sk)) == \
+        params.offset + ((1 * h + 2) * sq + 3) * sk + 4
+
+
+def test_dropout_keep_is_uniform_threshold():
+    params = AttentionParams(softmax_scale=1.0, dropout_p=0.3, seed=11, offset=5)
+    kv = torch.arange(1000)
+    keep = dropout_keep(params, 1, 2, 3, kv, 4, 8, 1000)
+    u = philox_uniform(11, dropout_counters(params, 1, 2, 3, kv, 4, 8, 1000))
+    assert keep.dtype == torch.bool
+    assert torch.equal(keep, u >= 0.3)
+
+
+def test_draw_seed_offset():
+    torch.manual_seed(123)
+    first = draw_seed_offset("cpu")
+    second = draw_seed_offset("cpu")
+    torch.manual_seed(123)
+    assert draw_seed_offset(torch.device("cpu")) == first        # manual_seed reproduces
+    assert first != second                                         # consecutive calls differ
+    for seed, offset in (first, second):
+        assert type(seed) is int and type(offset) is int
+        assert 0 <= seed < 2**31 and 0 <= offset < 2**40
