@@ -8,7 +8,7 @@ which one recomputes ``S``); forward+backward 3.5x forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -49,7 +49,7 @@ class BenchCase:
     causal: bool
     dtype: str              # key of DTYPES
     mode: str               # one of MODES
-    headdim_v: int | None = field(default=None)
+    headdim_v: int | None = None    # None: same as headdim
 
     @property
     def dv(self) -> int:

@@ -2,19 +2,19 @@
 
 Each provider takes Q, K, V in its own native layout (no hidden transposes inside the timed call):
 
-============== ================= ===========================================================
-name            layout            what runs
-============== ================= ===========================================================
-flashtile       (b, s, h, d)      ``flashtile.flash_attn_func``
-sdpa-flash      (b, h, s, d)      torch SDPA forced to ``SDPBackend.FLASH_ATTENTION`` (FA2 kernels)
-sdpa-cudnn      (b, h, s, d)      torch SDPA forced to ``SDPBackend.CUDNN_ATTENTION``
-sdpa-efficient  (b, h, s, d)      torch SDPA forced to ``SDPBackend.EFFICIENT_ATTENTION``
-sdpa-math       (b, h, s, d)      torch SDPA forced to ``SDPBackend.MATH`` (materialising)
-flex            (b, h, s, d)      ``torch.compile(flex_attention)``, causal via a BlockMask
-eager           (b, h, s, d)      matmul + softmax + matmul (K/V expanded for GQA)
-fa2             (b, s, h, d)      ``flash_attn.flash_attn_func`` (FlashAttention-2), if importable
-fa4             (b, s, h, d)      ``flash_attn.cute.flash_attn_func`` (FlashAttention-4), if importable
-============== ================= ===========================================================
+==============  ============  ==================================================================
+name            layout        what runs
+==============  ============  ==================================================================
+flashtile       (b, s, h, d)  ``flashtile.flash_attn_func``
+sdpa-cudnn      (b, h, s, d)  torch SDPA forced to ``SDPBackend.CUDNN_ATTENTION``
+sdpa-flash      (b, h, s, d)  torch SDPA forced to ``SDPBackend.FLASH_ATTENTION`` (FA2 kernels)
+sdpa-efficient  (b, h, s, d)  torch SDPA forced to ``SDPBackend.EFFICIENT_ATTENTION``
+sdpa-math       (b, h, s, d)  torch SDPA forced to ``SDPBackend.MATH`` (materialising)
+flex            (b, h, s, d)  ``torch.compile(flex_attention)``, causal via a BlockMask
+eager           (b, h, s, d)  matmul + softmax + matmul (K/V expanded for GQA)
+fa2             (b, s, h, d)  ``flash_attn.flash_attn_func`` (FlashAttention-2), if importable
+fa4             (b, s, h, d)  ``flash_attn.cute.flash_attn_func`` (FlashAttention-4), if importable
+==============  ============  ==================================================================
 
 A provider says up front when it cannot run a case (:meth:`Provider.unavailable`) and turns
 "not supported" failures at run time into a reason (:meth:`Provider.explain_failure`); the runner
@@ -62,8 +62,10 @@ class Provider:
         return contextlib.nullcontext()
 
     def explain_failure(self, error: BaseException, warning_texts: list[str]) -> str | None:
-        """If ``error`` means "this case is not supported", the reason; ``None`` for a real error."""
-        if isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error):
+        """The reason if ``error`` means "case not supported"; ``None`` for a real error."""
+        text = str(error)
+        if (isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in text
+                or "can't allocate memory" in text):
             return "out of memory at this size"
         if isinstance(error, NotImplementedError):
             return f"not supported: {_first_line(error)}"
@@ -90,7 +92,7 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:200]
 
 
-def _import_error(module: str, attr: str):
+def try_import(module: str, attr: str):
     """``(function, None)`` if ``module.attr`` imports, else ``(None, reason)``."""
     try:
         return getattr(importlib.import_module(module), attr), None
@@ -133,7 +135,7 @@ class SdpaProvider(Provider):
         self.backend = backend
         self.description = description
         if backend == "MATH":
-            # S and P in the input dtype (torch may upcast half types to float32).
+            # S, P and a temporary, counted as float32 (torch may upcast half types).
             self.materialised_bytes_per_score = 3 * 4
 
     def unavailable(self, case, device):
@@ -176,18 +178,19 @@ class FlexProvider(Provider):
     name = "flex"
     layout = "bhsd"
     description = "torch.compile(flex_attention), causal as a BlockMask"
-    _compiled = None
-    _block_masks: dict = {}
+
+    def __init__(self):
+        self._compiled = None
+        self._block_masks: dict[tuple, object] = {}     # (seqlen, device) -> BlockMask
 
     def unavailable(self, case, device):
         if device.type != "cuda":
             return "benchmarked on CUDA only (its CPU path compiles slowly)"
-        _, reason = _import_error("torch.nn.attention.flex_attention", "flex_attention")
+        _, reason = try_import("torch.nn.attention.flex_attention", "flex_attention")
         return reason
 
-    @classmethod
-    def _compiled_flex(cls):
-        if cls._compiled is None:
+    def _compiled_flex(self):
+        if self._compiled is None:
             import torch._dynamo.config as dynamo_config
             from torch.nn.attention.flex_attention import flex_attention
             # One compiled graph per shape: lift the recompile limit (8 by default), past which
@@ -198,8 +201,8 @@ class FlexProvider(Provider):
             for limit in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
                 if hasattr(dynamo_config, limit):
                     setattr(dynamo_config, limit, max(getattr(dynamo_config, limit), 4096))
-            cls._compiled = torch.compile(flex_attention, dynamic=False)
-        return cls._compiled
+            self._compiled = torch.compile(flex_attention, dynamic=False)
+        return self._compiled
 
     def _causal_block_mask(self, seqlen: int, device: torch.device):
         key = (seqlen, str(device))
@@ -237,16 +240,16 @@ class EagerProvider(Provider):
     def build(self, case, device):
         causal, scale, group = case.causal, case.scale, case.gqa
 
-        def run(q, k, v):                                                 # (b, h, s, d)
-            if group > 1:                                                 # (b, hkv, s, d) -> (b, h, s, d)
-                k = k.repeat_interleave(group, dim=1)
+        def run(q, k, v):                                         # q (b, h, s, d)
+            if group > 1:                                         # k, v (b, hkv, s, d)
+                k = k.repeat_interleave(group, dim=1)             # (b, h, s, d)
                 v = v.repeat_interleave(group, dim=1)
-            scores = torch.matmul(q, k.transpose(-2, -1)) * scale         # (b, h, s, s)
+            scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (b, h, s, s)
             if causal:
                 s = scores.shape[-1]
                 hidden = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
                 scores = scores.masked_fill(hidden, float("-inf"))
-            return torch.matmul(torch.softmax(scores, dim=-1), v)         # (b, h, s, dv)
+            return torch.matmul(torch.softmax(scores, dim=-1), v)  # (b, h, s, dv)
         return run
 
 
@@ -262,7 +265,7 @@ class FlashAttnProvider(Provider):
         self.min_capability = min_capability
 
     def unavailable(self, case, device):
-        _, reason = _import_error(self.module, "flash_attn_func")
+        _, reason = try_import(self.module, "flash_attn_func")
         reason = reason or _needs_cuda(device) or _needs_half(case)
         if reason is None:
             major, minor = torch.cuda.get_device_capability(device)
@@ -271,7 +274,7 @@ class FlashAttnProvider(Provider):
         return reason
 
     def build(self, case, device):
-        func, _ = _import_error(self.module, "flash_attn_func")
+        func, _ = try_import(self.module, "flash_attn_func")
         causal, scale = case.causal, case.scale
 
         def run(q, k, v):
@@ -315,7 +318,7 @@ CUDNN = "sdpa-cudnn"
 
 
 def resolve_names(names: list[str]) -> list[str]:
-    """Canonical provider names for user input (aliases, ``_`` for ``-``, any case).
+    """Canonical provider names for user input (aliases, ``_`` for ``-``, any case; ``all``).
 
     Raises ``ValueError`` naming the unknown entries and the valid ones.
     """
@@ -323,7 +326,9 @@ def resolve_names(names: list[str]) -> list[str]:
     for raw in names:
         name = raw.strip().lower().replace("_", "-")
         name = ALIASES.get(name, name)
-        if name in PROVIDERS:
+        if name == "all":
+            resolved += [n for n in PROVIDERS if n not in resolved]
+        elif name in PROVIDERS:
             if name not in resolved:
                 resolved.append(name)
         elif name:

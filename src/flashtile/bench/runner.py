@@ -64,6 +64,16 @@ class Measurement:
         return row
 
 
+def release_cached_memory(device: torch.device) -> None:
+    """Hand cached blocks back so the next provider starts clean (best effort: after a sticky
+    CUDA error even this raises, and the run must still finish)."""
+    if device.type == "cuda":
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - the failure itself is reported elsewhere
+            pass
+
+
 def _free_memory(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
@@ -100,8 +110,7 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measureme
             return Measurement(provider.name, case, status, reason=reason)
         finally:
             del call
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+            release_cached_memory(device)
 
 
 def measure(provider: Provider, case: BenchCase, checker: Checker,
@@ -113,6 +122,7 @@ def measure(provider: Provider, case: BenchCase, checker: Checker,
         return Measurement(provider.name, case, "n/a", reason=reason)
     check = checker.check(provider, case)
     if check.status != "ok":
+        release_cached_memory(options.device)
         return Measurement(provider.name, case, check.status, reason=check.reason, check=check)
     if options.check_only:
         return Measurement(provider.name, case, "checked", check=check)
@@ -149,10 +159,27 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
                MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("benchmark", total=len(cases) * len(options.providers))
-        for case in cases:
-            for name in options.providers:
-                progress.update(task, description=f"{case.label()} {name:<14}")
-                measurements.append(measure(PROVIDERS[name], case, checker, options))
-                progress.advance(task)
-        progress.update(task, description="benchmark done")
+        try:
+            for case in cases:
+                for name in options.providers:
+                    progress.update(task, description=f"{case.label()} {name:<14}")
+                    measurements.append(_measure_safely(PROVIDERS[name], case, checker,
+                                                        options))
+                    progress.advance(task)
+            progress.update(task, description="benchmark done")
+        except KeyboardInterrupt:
+            # Keep what was measured: the tables and the JSON still get written.
+            progress.update(task, description="interrupted: reporting what was measured")
     return add_ratios(measurements)
+
+
+def _measure_safely(provider: Provider, case: BenchCase, checker: Checker,
+                    options: RunOptions) -> Measurement:
+    """:func:`measure`, with anything it did not anticipate (e.g. a CUDA error that poisons
+    the context) reported as ``error`` instead of ending the run."""
+    try:
+        return measure(provider, case, checker, options)
+    except Exception as exc:  # noqa: BLE001
+        release_cached_memory(options.device)
+        return Measurement(provider.name, case, "error",
+                           reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}")

@@ -3,7 +3,8 @@
 This is the CPU backend and the readable statement of the algorithm the Triton kernels run.
 Only Q, K, V, O and the per-row log-sum-exp ever exist at full size; the score matrix exists one
 chunk of keys at a time, so the extra memory is ``O(batch * nheads * seqlen_q * chunk_size)``,
-never ``seqlen_q x seqlen_k`` per batch-head.
+never ``seqlen_q x seqlen_k`` per batch-head. (Q, O and dO are copied once into the rows layout
+below, in the compute dtype: O(N) like the inputs. K and V are only ever sliced per chunk.)
 
 Notation:
 
@@ -30,7 +31,6 @@ References: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -184,9 +184,8 @@ def _chunk_scores(raw: torch.Tensor, params: AttentionParams, lay: _Layout,
 
 
 def _dropout_scale(params: AttentionParams, lay: _Layout, start: int, end: int,
-                   device: torch.device) -> torch.Tensor:
+                   dev: torch.device) -> torch.Tensor:
     """``Z = keep / (1 - p)`` for keys ``[start, end)`` in rows layout ``(b, hkv, g * sq, n)``."""
-    dev = device
     keep = dropout_keep(params,
                         torch.arange(lay.batch, device=dev)[:, None, None, None],
                         torch.arange(lay.nheads, device=dev)[None, :, None, None],

@@ -1,0 +1,277 @@
+"""``flashtile bench`` end to end on CPU: JSON content, the FLOP convention, WRONG providers are
+never timed, unavailable ones are n/a, bad options fail cleanly, plots are written.
+
+Every run here passes ``--device cpu`` (these tests must not depend on a GPU being present) and
+tiny grids with short timing budgets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashtile.bench import cli as bench_cli
+from flashtile.bench import providers, runner
+from flashtile.bench.cases import BenchCase, GridSpec, attention_flops, build_cases
+from flashtile.bench.providers import EagerProvider
+
+FAST = ["--device", "cpu", "--warmup", "1", "--rep", "5"]
+TINY = FAST + ["--seqlens", "64", "--headdims", "16", "--nheads", "2", "--batch", "1"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Timing loops with 2 threads on a shared 2-core machine crawl (spinning OpenMP workers)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def bench(argv: list[str], out: Path) -> tuple[int, dict]:
+    """Run the subcommand; returns the exit status and the JSON it wrote."""
+    status = bench_cli.main(argv + ["--out", str(out)])
+    written = sorted(out.glob("bench-*.json"))
+    assert len(written) == 1, f"expected one JSON in {out}, found {written}"
+    return status, json.loads(written[0].read_text())
+
+
+def results_of(data: dict, provider: str) -> list[dict]:
+    return [r for r in data["results"] if r["provider"] == provider]
+
+
+# ----------------------------------------------------------------------------- injected providers
+
+class _WrongForward(EagerProvider):
+    """Eager attention with a 5% error in the output."""
+
+    name = "wrong-fwd"
+    description = "deliberately wrong output"
+    calls = 0
+
+    def build(self, case, device):
+        inner = super().build(case, device)
+
+        def run(q, k, v):
+            type(self).calls += 1
+            return inner(q, k, v) * 1.05
+        return run
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 1.1
+
+
+class _WrongBackward(EagerProvider):
+    """Right output, gradients 10% too large."""
+
+    name = "wrong-bwd"
+    description = "deliberately wrong gradients"
+
+    def build(self, case, device):
+        inner = super().build(case, device)
+        return lambda q, k, v: _ScaleGrad.apply(inner(q, k, v))
+
+
+class _Raises(EagerProvider):
+    name = "raises"
+    description = "always raises"
+
+    def build(self, case, device):
+        def run(q, k, v):
+            raise RuntimeError("boom")
+        return run
+
+
+@pytest.fixture
+def injected(monkeypatch):
+    """Register the broken providers and record which providers get timed."""
+    for cls in (_WrongForward, _WrongBackward, _Raises):
+        monkeypatch.setitem(providers.PROVIDERS, cls.name, cls())
+    _WrongForward.calls = 0
+    timed = []
+    real = runner.make_timed_call
+
+    def recording(provider, case, device):
+        timed.append(provider.name)
+        return real(provider, case, device)
+    monkeypatch.setattr(runner, "make_timed_call", recording)
+    return timed
+
+
+# ----------------------------------------------------------------------------- tests
+
+def test_flop_convention():
+    # flash-attention's benchmark: 4*b*h*s*s*d forward, halved when causal, x2.5 bwd, x3.5 both.
+    b, h, s, d = 2, 16, 1024, 128
+    fwd = 4 * b * h * s * s * d
+    assert attention_flops(b, h, s, s, d, d, False, "fwd") == fwd
+    assert attention_flops(b, h, s, s, d, d, True, "fwd") == fwd / 2
+    assert attention_flops(b, h, s, s, d, d, False, "bwd") == 2.5 * fwd
+    assert attention_flops(b, h, s, s, d, d, True, "fwdbwd") == 3.5 * fwd / 2
+    # QK^T counts d, PV counts dv.
+    assert attention_flops(1, 1, 8, 8, 64, 32, False, "fwd") == 2 * 8 * 8 * (64 + 32)
+    case = BenchCase(batch=b, seqlen=s, nheads=h, nheads_kv=h, headdim=d, causal=True,
+                     dtype="bf16", mode="fwdbwd")
+    assert case.flops == 3.5 * fwd / 2
+
+
+def test_grid_batch_from_tokens_and_rounding_notes():
+    spec = GridSpec(seqlens=(512, 3000, 32768), headdims=(96,), causal=(False,),
+                    dtypes=("bf16",), modes=("fwd",), gqa=8, tokens=16384)
+    cases, notes = build_cases(spec)
+    assert [c.batch for c in cases] == [32, 5, 1]
+    # 2048/96 = 21 heads, rounded down to a multiple of the GQA ratio.
+    assert {(c.nheads, c.nheads_kv) for c in cases} == {(16, 2)}
+    assert any("rounded to 5" in n for n in notes) and any("21 rounded to 16" in n for n in notes)
+
+
+def test_check_instance_is_small_and_keeps_the_config():
+    case = BenchCase(batch=4, seqlen=4096, nheads=32, nheads_kv=4, headdim=64, causal=True,
+                     dtype="bf16", mode="fwdbwd")
+    small = case.check_instance()
+    assert small.seqlen == 1024 and small.batch == 1 and small.scores <= 2 ** 24
+    assert (small.headdim, small.causal, small.dtype, small.gqa) == (64, True, "bf16", 8)
+    tiny = BenchCase(batch=2, seqlen=128, nheads=4, nheads_kv=4, headdim=64, causal=False,
+                     dtype="fp32", mode="fwd")
+    assert tiny.check_instance() == tiny
+
+
+def test_quick_run_writes_json_and_plots(tmp_path):
+    status, data = bench(["--quick", "--memory"] + FAST, tmp_path)
+    assert status == 0
+    meta = data["meta"]
+    assert meta["options"]["preset"] == "quick"
+    for key in ("device", "versions", "git_commit", "date", "flop_convention", "check_rule"):
+        assert key in meta
+    assert "4*b*h*sq*sk*d" in meta["flop_convention"]
+    assert set(meta["providers"]) == {"flashtile", "eager", "sdpa-math"}
+    rows = data["results"]
+    # seqlen 128/256 x causal no/yes x fwd/fwdbwd, three providers.
+    assert len(rows) == 2 * 2 * 2 * 3
+    for row in rows:
+        assert row["status"] == "ok", row
+        case = BenchCase(batch=row["b"], seqlen=row["s"], nheads=row["h"], nheads_kv=row["hkv"],
+                         headdim=row["d"], causal=row["causal"], dtype=row["dtype"],
+                         mode=row["mode"])
+        assert row["flops"] == case.flops
+        assert row["tflops"] == pytest.approx(row["flops"] / (row["ms"] * 1e-3) / 1e12)
+        check = row["check"]
+        assert check["with_grads"] == (row["mode"] == "fwdbwd")
+        assert set(check["errors"]) == ({"out", "dq", "dk", "dv"} if check["with_grads"]
+                                        else {"out"})
+        assert all(check["errors"][n] <= check["budgets"][n] for n in check["errors"])
+        assert row["vs_best_other"] is not None and row["peak_memory_bytes"] is None
+    # flashtile's ratio to the best other provider, summarised per mode (issue 7's gate).
+    assert {(s["provider"], s["mode"]) for s in data["summary"]} == {("flashtile", "fwd"),
+                                                                    ("flashtile", "fwdbwd")}
+    assert all(s["vs_best_other"]["points"] == 4 for s in data["summary"])
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert [p.name.split("-", 3)[-1] for p in pngs] == ["fwd-fp32.png", "fwdbwd-fp32.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+
+
+def test_wrong_provider_is_reported_and_not_timed(tmp_path, injected, capsys):
+    argv = TINY + ["--causal", "yes", "--mode", "fwd,fwdbwd", "--no-plot",
+                   "--providers", "eager,wrong-fwd,wrong-bwd,raises"]
+    status, data = bench(argv, tmp_path)
+    assert status == 0       # the subject (flashtile) is not in this run
+    by = {(r["provider"], r["mode"]): r for r in data["results"]}
+    for mode in ("fwd", "fwdbwd"):
+        assert by[("eager", mode)]["status"] == "ok"
+        assert by[("wrong-fwd", mode)]["status"] == "WRONG"
+        assert by[("wrong-fwd", mode)]["ms"] is None
+        assert "out err" in by[("wrong-fwd", mode)]["reason"]
+        assert by[("raises", mode)]["status"] == "error"
+        assert "boom" in by[("raises", mode)]["reason"]
+    # Right output, wrong gradients: timed forward, WRONG forward+backward.
+    assert by[("wrong-bwd", "fwd")]["status"] == "ok"
+    assert by[("wrong-bwd", "fwdbwd")]["status"] == "WRONG"
+    assert "dq err" in by[("wrong-bwd", "fwdbwd")]["reason"]
+    assert set(injected) == {"eager", "wrong-bwd"}
+    # Called only by the two checks (forward-only, then with gradients), never by timing.
+    assert _WrongForward.calls == 2
+    assert not list(tmp_path.glob("*.png"))
+    out = capsys.readouterr().out
+    assert "WRONG" in out and "wrong-fwd WRONG" in out
+
+
+def test_wrong_subject_sets_exit_status(tmp_path, injected):
+    argv = TINY + ["--causal", "no", "--mode", "fwd", "--no-plot",
+                   "--providers", "eager,wrong-fwd", "--subject", "wrong-fwd"]
+    status, _ = bench(argv, tmp_path)
+    assert status == 1
+
+
+def test_unavailable_providers_are_na(tmp_path):
+    argv = TINY + ["--causal", "no", "--mode", "fwd", "--providers",
+                   "eager,cudnn,sdpa_efficient,flex,fa2,fa4"]
+    status, data = bench(argv, tmp_path)
+    assert status == 0
+    by = {r["provider"]: r for r in data["results"]}
+    assert by["eager"]["status"] == "ok"
+    for name in ("sdpa-cudnn", "sdpa-efficient", "flex", "fa2", "fa4"):
+        assert by[name]["status"] == "n/a" and by[name]["reason"], by[name]
+        assert by[name]["ms"] is None
+
+
+def test_check_only_times_nothing(tmp_path, injected):
+    argv = TINY + ["--check-only", "--gqa", "2", "--mode", "fwdbwd",
+                   "--providers", "flashtile,eager,sdpa-math"]
+    status, data = bench(argv, tmp_path)
+    assert status == 0
+    assert {r["status"] for r in data["results"]} == {"checked"}
+    assert all(r["ms"] is None and r["gqa"] == 2 for r in data["results"])
+    assert injected == [] and not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--providers", "eager,nope"], "unknown provider"),
+    (["--nheads", "6", "--gqa", "4"], "not a multiple of --gqa"),
+    (["--subject", "nope"], "--subject"),
+])
+def test_bad_options_exit_2_with_a_message(tmp_path, capsys, argv, message):
+    assert bench_cli.main(TINY[:2] + argv + ["--out", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("argv", [["--seqlens", "512,abc"], ["--dtype", "fp8"],
+                                  ["--mode", "sideways"], ["--batch", "2", "--tokens", "8"]])
+def test_unparseable_options_are_argparse_errors(argv):
+    with pytest.raises(SystemExit) as exc:
+        bench_cli.main(argv)
+    assert exc.value.code == 2
+
+
+def test_lists_accept_commas_and_spaces():
+    import argparse
+    parser = argparse.ArgumentParser()
+    bench_cli.add_arguments(parser)
+    args = parser.parse_args(["--seqlens", "512", "1k,2K", "--headdims", "64,128", "--mode",
+                              "fwd", "all", "--providers", "flashtile", "sdpa_cudnn,FLASH",
+                              "--device", "cpu"])
+    config = bench_cli.resolve_config(args)
+    assert config.spec.seqlens == (512, 1024, 2048) and config.spec.headdims == (64, 128)
+    assert config.spec.modes == ("fwd", "bwd", "fwdbwd")
+    assert config.options.providers == ("flashtile", "sdpa-cudnn", "sdpa-flash")
+    assert config.preset == "custom" and config.spec.batch is None
+
+
+def test_top_level_cli_runs_bench(tmp_path):
+    ledger = pytest.importorskip("flashtile.ledger", reason="flashtile.cli also wires the ledger")
+    if not hasattr(ledger, "add_arguments"):
+        pytest.skip("flashtile.ledger has no add_arguments yet (flashtile.cli wires it too)")
+    from flashtile.cli import main
+    assert main(["bench"] + TINY + ["--mode", "fwd", "--causal", "no", "--no-plot",
+                                    "--providers", "eager", "--out", str(tmp_path)]) == 0
+    assert len(list(tmp_path.glob("bench-*.json"))) == 1
