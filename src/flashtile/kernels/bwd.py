@@ -24,12 +24,12 @@ import triton
 import triton.language as tl
 
 from .common import (LOG2E, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
-                     padded_headdim, prune_configs, row_ranges, score_args, scores_log2, seq_bucket,
+                     NO_SPECIALIZE, padded_headdim, prune_configs, row_ranges, score_args, scores_log2, seq_bucket,
                      tile_ranges,
                      window_args)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads"])
 def _bwd_preprocess(O, DO, Dsum, stride_ob, stride_os, stride_oh, stride_dob, stride_dos,
                     stride_doh, nheads, seqlen_q, head_dv,
                     BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr):
@@ -93,7 +93,7 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
     return dk, dv
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
                      stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                      stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
@@ -186,7 +186,7 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
     return dq
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
                    stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,

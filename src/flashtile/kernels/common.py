@@ -28,6 +28,12 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
+# Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
+# new sequence length or window recompiles all kernels. Strides stay specialised (alignment).
+NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "head_d", "head_dv", "seq_bucket",
+                 "diag_off", "window_left", "window_right", "stride_slope_b"]
+
+
 def padded_headdim(d: int) -> int:
     return max(16, triton.next_power_of_2(d))
 

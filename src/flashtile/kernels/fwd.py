@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import (LN2, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
-                     padded_headdim, prune_configs, score_args, scores_log2, seq_bucket, tile_ranges, window_args)
+                     NO_SPECIALIZE, padded_headdim, prune_configs, score_args, scores_log2, seq_bucket, tile_ranges, window_args)
 
 
 @triton.jit
@@ -71,7 +71,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
     return acc, l_i, m_i
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
