@@ -31,15 +31,18 @@ for step in $STEPS; do
       python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
       git rev-parse --short HEAD 2>/dev/null || true ;;
     tests)
-      FLASHTILE_AUTOTUNE=0 python3 -m pytest tests -q -x -p no:cacheprovider 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+      FLASHTILE_AUTOTUNE=0 python3 -m pytest tests/test_kernels.py -q -x -p no:cacheprovider --durations=5 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     probe)
       python3 scripts/probe.py 2>&1 | tee "$OUT/probe.log" ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
-    bench)
-      python3 -m flashtile bench --seqlens 512 1024 2048 4096 8192 16384 --headdims 64 128 \
-        --causal both --mode fwd fwdbwd --providers flashtile sdpa_cudnn sdpa_flash flex \
-        --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" ;;
+    core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2
+      python3 -m flashtile bench --seqlens 1k,4k,16k --headdims 64,128 --causal both \
+        --mode fwd,fwdbwd --providers flashtile,cudnn,flash --no-plot \
+        --out "$OUT/bench-core" 2>&1 | tee "$OUT/bench-core.log" | tail -60 ;;
+    full)   # the issue-7 grid
+      python3 -m flashtile bench --full --providers flashtile,cudnn,flash \
+        --out "$OUT/bench-full" 2>&1 | tee "$OUT/bench-full.log" | tail -80 ;;
     long)
       python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
