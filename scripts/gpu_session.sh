@@ -44,7 +44,7 @@ for step in $STEPS; do
       python3 -m flashtile bench --full --providers flashtile,cudnn,flash \
         --out "$OUT/bench-full" 2>&1 | tee "$OUT/bench-full.log" | tail -80 ;;
     long)
-      python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
+      FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
     *) echo "unknown step $step" ;;
