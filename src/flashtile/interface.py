@@ -15,6 +15,7 @@ from .autograd import attention
 from .backend import resolve
 from .params import AttentionParams
 from .reference.dense import attention_reference
+from .reference.philox import draw_seed_offset, dropout_keep
 
 _FLASH_LAYOUT = "(batch, seqlen, nheads, headdim)"
 
@@ -97,14 +98,28 @@ def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softca
         alibi_slopes=V.check_alibi(alibi_slopes, q.shape[0], q.shape[2], q.device),
         dropout_p=V.check_dropout(dropout_p), deterministic=deterministic)
     if params.dropout_p > 0:
-        raise NotImplementedError("dropout_p > 0 is not implemented yet (it arrives with the "
-                                  "fusion work); pass dropout_p=0.0")
+        # A fresh key per call, drawn from torch's CPU generator: torch.manual_seed reproduces
+        # a run, consecutive calls differ, and the backward regenerates the same mask.
+        seed, offset = draw_seed_offset(q.device)
+        params = params.with_(seed=seed, offset=offset)
     return params, resolve(q.device)
 
 
 def _attn_probs(q, k, v, params: AttentionParams) -> torch.Tensor:
-    """``S_dmask`` for ``return_attn_probs``: probabilities in float32, ``(b, h, sq, sk)``."""
+    """``S_dmask`` for ``return_attn_probs``: the probabilities ``(b, h, sq, sk)`` (0 where
+    masked), negated where dropout dropped them (the same Philox draws as the kernels)."""
+    batch, seqlen_q, nheads, _ = q.shape
+    seqlen_k = k.shape[1]
     with torch.no_grad():
-        _, _, probs = attention_reference(q.detach(), k.detach(), v.detach(), params,
-                                          dtype=torch.float32, return_probs=True)
+        _, _, probs = attention_reference(q.detach(), k.detach(), v.detach(),
+                                          params.with_(dropout_p=0.0), dtype=torch.float32,
+                                          return_probs=True)
+        if params.dropout_p > 0:
+            dev = q.device
+            keep = dropout_keep(params, torch.arange(batch, device=dev)[:, None, None, None],
+                                torch.arange(nheads, device=dev)[None, :, None, None],
+                                torch.arange(seqlen_q, device=dev)[:, None],
+                                torch.arange(seqlen_k, device=dev)[None, :],
+                                nheads, seqlen_q, seqlen_k)
+            probs = torch.where(keep, probs, -probs)
     return probs.to(q.dtype)

@@ -23,10 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LOG2E, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
-                     NO_SPECIALIZE, padded_headdim, prune_configs, row_ranges, score_args, scores_log2, seq_bucket,
-                     tile_ranges,
-                     window_args)
+from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropout_args,
+                     dropout_keep, interpreting, padded_headdim, prune_configs, row_ranges,
+                     score_args, scores_log2, seq_bucket, tile_ranges, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads"])
@@ -67,9 +66,10 @@ def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride_dos,
                 start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                 diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
+                row_base, seed, rng_offset, dropout_p,
                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
                 HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                PRECISION: tl.constexpr):
+                HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head."""
     for start_m in range(start, stop, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -84,8 +84,17 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
             keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             p = tl.where(keep, p, 0.0)
-        dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv, input_precision=PRECISION)
+        p_used = p
+        if HAS_DROPOUT:
+            # Regenerate the forward's mask; O = (P * Z / (1 - p)) V, so dV uses the dropped P
+            # and dP flows back through the same mask.
+            keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
+                                  dropout_p)
+            p_used = tl.where(keep_d, p * (1.0 / (1.0 - dropout_p)), 0.0)
+        dv = tl.dot(tl.trans(p_used.to(do.dtype)), do, dv, input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if HAS_DROPOUT:
+            dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = p * (dp - Di[:, None])
         if HAS_SOFTCAP:
             ds = ds * (1.0 - t * t)
@@ -100,11 +109,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
                      stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
                      stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
                      seq_bucket, diag_off, window_left, window_right, qk_scale, softcap_log2,
-                     sm_scale,
+                     sm_scale, seed, rng_offset, dropout_p,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                      HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                      HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                     PRECISION: tl.constexpr):
+                     HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_nblocks = tl.cdiv(seqlen_k, BLOCK_N)
     bhkv = pid // n_nblocks
@@ -129,26 +138,30 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
         off_h = off_hkv * group + g
         q_base = Q + off_b * stride_qb + off_h * stride_qh
         do_base = DO + off_b * stride_dob + off_h * stride_doh
-        LSE_row = LSE + (off_b * nheads + off_h) * seqlen_q
-        D_row = Dsum + (off_b * nheads + off_h) * seqlen_q
+        row_base = (off_b * nheads + off_h) * seqlen_q
+        LSE_row = LSE + row_base
+        D_row = Dsum + row_base
         slope_log2 = 0.0
         if HAS_ALIBI:
             slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
                              stride_dos, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
                              seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                             slope_log2, qk_scale, softcap_log2, BLOCK_M, True, HAS_LEFT,
-                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                             slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                             dropout_p, BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                             HAS_ALIBI, HAS_DROPOUT, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
                              stride_dos, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
                              seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                             slope_log2, qk_scale, softcap_log2, BLOCK_M, False, HAS_LEFT,
-                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                             slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                             dropout_p, BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                             HAS_ALIBI, HAS_DROPOUT, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
                              stride_dos, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
                              seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                             slope_log2, qk_scale, softcap_log2, BLOCK_M, True, HAS_LEFT,
-                             HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                             slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                             dropout_p, BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                             HAS_ALIBI, HAS_DROPOUT, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dks
              + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty),
@@ -161,10 +174,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
 @triton.jit
 def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, stop, offs_m,
               offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-              window_right, slope_log2, qk_scale, softcap_log2,
+              window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+              dropout_p,
               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
               HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-              PRECISION: tl.constexpr):
+              HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -179,6 +193,10 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
                              HAS_LEFT, HAS_RIGHT)
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        if HAS_DROPOUT:
+            keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
+                                  dropout_p)
+            dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = p * (dp - Di[:, None])
         if HAS_SOFTCAP:
             ds = ds * (1.0 - t * t)
@@ -193,10 +211,11 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
                    stride_dqb, stride_dqs, stride_dqh,
                    stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
                    seq_bucket, diag_off, window_left, window_right, qk_scale, softcap_log2,
-                   sm_scale,
+                   sm_scale, seed, rng_offset, dropout_p,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                   HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
@@ -220,22 +239,26 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
         slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
     k_base = K + off_b * stride_kb + off_hkv * stride_kh
     v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    row_base = bh.to(tl.int64) * seqlen_q
     dq = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
     a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
                              BLOCK_N, HAS_LEFT, HAS_RIGHT)
     dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b, offs_m,
                    offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-                   window_right, slope_log2, qk_scale, softcap_log2, BLOCK_N, True, HAS_LEFT,
-                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                   window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                   dropout_p, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                   HAS_DROPOUT, PRECISION)
     dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c, offs_m,
                    offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-                   window_right, slope_log2, qk_scale, softcap_log2, BLOCK_N, False, HAS_LEFT,
-                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                   window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                   dropout_p, BLOCK_N, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                   HAS_DROPOUT, PRECISION)
     dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d, offs_m,
                    offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-                   window_right, slope_log2, qk_scale, softcap_log2, BLOCK_N, True, HAS_LEFT,
-                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                   window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                   dropout_p, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                   HAS_DROPOUT, PRECISION)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
@@ -248,8 +271,8 @@ def _configs(gpu_shapes):
             for (m, n, w, s) in gpu_shapes]
 
 
-_KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-        "seq_bucket"]
+_KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
+        "PRECISION", "seq_bucket"]
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
 _dkdv = triton.autotune(
     configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
@@ -287,7 +310,7 @@ def backward(dout, q, k, v, out, lse, params):
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
     common = dict(
-        **window_args(params, seqlen_q, seqlen_k), **score_args(params),
+        **window_args(params, seqlen_q, seqlen_k), **score_args(params), **dropout_args(params),
         sm_scale=params.softmax_scale, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV,
         PRECISION=dot_precision(q.dtype))
     sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,

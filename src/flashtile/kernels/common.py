@@ -31,7 +31,7 @@ LN2 = 0.6931471805599453
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
 # new sequence length or window recompiles all kernels. Strides stay specialised (alignment).
 NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "head_d", "head_dv", "seq_bucket",
-                 "diag_off", "window_left", "window_right", "stride_slope_b"]
+                 "diag_off", "window_left", "window_right", "stride_slope_b", "seed", "rng_offset"]
 
 
 def padded_headdim(d: int) -> int:
@@ -163,6 +163,17 @@ def band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
 
 
 @triton.jit
+def dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k, dropout_p):
+    """``(BLOCK_M, BLOCK_N)`` bool, True where dropout keeps the probability. Philox counter of
+    position (row, key) = ``rng_offset + (row_base + row) * seqlen_k + key`` with
+    ``row_base = (b * nheads + h) * seqlen_q``: the same numbers ``reference/philox.py`` draws,
+    so the torch path and the kernels drop the same positions, and the backward regenerates the
+    forward's mask instead of storing it."""
+    counters = rng_offset + (row_base + offs_m[:, None]) * seqlen_k + offs_n[None, :]
+    return tl.rand(seed, counters) >= dropout_p
+
+
+@triton.jit
 def tanh(x):
     # Portable (GPU and interpreter) and saturates cleanly: exp overflow gives exactly +-1.
     return 1.0 - 2.0 / (tl.exp(2.0 * x) + 1.0)
@@ -189,6 +200,12 @@ def scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale, so
 def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
     """Autotuning key for sequence lengths: tune once per power of two, not per length."""
     return triton.next_power_of_2(max(seqlen_q, seqlen_k, 64))
+
+
+def dropout_args(params) -> dict:
+    """Dropout key and rate; the counter layout is shared with ``reference/philox.py``."""
+    return dict(seed=params.seed, rng_offset=params.offset, dropout_p=params.dropout_p,
+                HAS_DROPOUT=params.dropout_p > 0)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -18,17 +18,20 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LN2, alloc, band_mask, cdiv, dot_precision, env_block, interpreting,
-                     NO_SPECIALIZE, padded_headdim, prune_configs, score_args, scores_log2, seq_bucket, tile_ranges, window_args)
+from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropout_args,
+                     dropout_keep, env_block, interpreting, padded_headdim, prune_configs,
+                     score_args, scores_log2, seq_bucket, tile_ranges, window_args)
 
 
 @triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop,
                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                window_left, window_right, slope_log2, qk_scale, softcap_log2,
+               row_base, seed, rng_offset, dropout_p,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
                EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-               HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+               HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+               PRECISION: tl.constexpr):
     """Fold the key tiles ``[start, stop)`` into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that."""
     for start_n in range(start, stop, BLOCK_N):
@@ -66,6 +69,10 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         else:
             v = tl.load(v_ptrs)
         acc = acc * alpha[:, None]
+        if HAS_DROPOUT:
+            # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
+            p = tl.where(dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
+                                      dropout_p), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -77,10 +84,12 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
                 stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
                 stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv, seq_bucket,
                 diag_off, window_left, window_right, qk_scale, softcap_log2,
+                seed, rng_offset, dropout_p,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, PRECISION: tl.constexpr):
+                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                PRECISION: tl.constexpr):
     # One flat grid; the query block varies fastest so programs of one head run together
     # (K/V stay in L2), and the last (heaviest under causal) query block goes first.
     pid = tl.program_id(0)
@@ -103,6 +112,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
     if HAS_ALIBI:
         slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
 
+    row_base = (off_b * nheads + off_h) * seqlen_q                      # int64: dropout counters
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
@@ -112,22 +122,27 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
                                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT,
-                               HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                               softcap_log2, row_base, seed, rng_offset, dropout_p, BLOCK_N, True,
+                               EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                               HAS_DROPOUT, PRECISION)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, b, c,
                                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, BLOCK_N, False, EVEN_D, EVEN_DV, HAS_LEFT,
-                               HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                               softcap_log2, row_base, seed, rng_offset, dropout_p, BLOCK_N, False,
+                               EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                               HAS_DROPOUT, PRECISION)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, c, d,
                                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT,
-                               HAS_SOFTCAP, HAS_ALIBI, PRECISION)
+                               softcap_log2, row_base, seed, rng_offset, dropout_p, BLOCK_N, True,
+                               EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                               HAS_DROPOUT, PRECISION)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    if HAS_DROPOUT:
+        out = out * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     row_ok = offs_m < seqlen_q
     tl.store(LSE + bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_ok)
@@ -151,7 +166,7 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "seq_bucket"],
+         "HAS_DROPOUT", "seq_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
@@ -180,7 +195,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
         stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
         seq_bucket(seqlen_q, seqlen_k),
-        **window_args(params, seqlen_q, seqlen_k), **score_args(params),
+        **window_args(params, seqlen_q, seqlen_k), **score_args(params), **dropout_args(params),
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PRECISION=dot_precision(q.dtype),
     )
