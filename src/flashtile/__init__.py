@@ -5,7 +5,7 @@ exact chunked PyTorch path for CPU. See README.md and DESIGN notes in docs/.
 """
 
 from .backend import get_backend, set_backend
-from .interface import flash_attn_func
+from .interface import flash_attn_func, flash_attn_varlen_func
 from .params import AttentionParams
 from .reference.dense import attention_reference
 
@@ -15,6 +15,7 @@ __all__ = [
     "AttentionParams",
     "attention_reference",
     "flash_attn_func",
+    "flash_attn_varlen_func",
     "get_backend",
     "set_backend",
 ]

@@ -126,3 +126,32 @@ def check_bool(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+def check_cu_seqlens(name: str, cu, total: int, device: torch.device, max_name: str,
+                     max_seqlen) -> list[int]:
+    """``cu_seqlens``: int32 ``(batch + 1,)`` on q's device, 0 first, non-decreasing, ``total``
+    last; ``max_seqlen`` an int at least the longest sequence. Returns the lengths."""
+    if not isinstance(cu, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 tensor of shape (batch + 1,), got "
+                        f"{type(cu).__name__}")
+    if cu.dtype != torch.int32:
+        raise TypeError(f"{name} must be int32, got {cu.dtype}; use {name}.to(torch.int32)")
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name} must have shape (batch + 1,) with batch >= 1, got "
+                         f"{tuple(cu.shape)}")
+    if cu.device != device:
+        raise ValueError(f"{name} must be on {device} like q, got {cu.device}")
+    values = cu.tolist()
+    lengths = [b - a for a, b in zip(values, values[1:])]
+    if values[0] != 0 or any(n < 0 for n in lengths):
+        raise ValueError(f"{name} must start at 0 and never decrease, got {values[:8]}"
+                         f"{'...' if len(values) > 8 else ''}")
+    if values[-1] != total:
+        raise ValueError(f"{name}[-1] must equal the packed length {total}, got {values[-1]}")
+    if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int):
+        raise TypeError(f"{max_name} must be an int, got {max_seqlen!r}")
+    if max_seqlen < max(lengths):
+        raise ValueError(f"{max_name}={max_seqlen} is smaller than the longest sequence in "
+                         f"{name} ({max(lengths)}); pass the true maximum")
+    return lengths

@@ -17,10 +17,13 @@ import torch
 from .params import AttentionParams
 
 
-def _impl(backend: str):
+def _impl(backend: str, params: AttentionParams):
     if backend == "triton":
         from . import kernels
         return kernels
+    if params.cu_seqlens_q is not None:
+        from .reference import varlen
+        return varlen
     from .reference import tiled
     return tiled
 
@@ -30,7 +33,7 @@ class FlashAttnFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, params: AttentionParams, backend: str):
-        out, lse = _impl(backend).forward(q, k, v, params)
+        out, lse = _impl(backend, params).forward(q, k, v, params)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = params
         ctx.backend = backend
@@ -40,7 +43,7 @@ class FlashAttnFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _impl(ctx.backend).backward(dout, q, k, v, out, lse, ctx.params)
+        dq, dk, dv = _impl(ctx.backend, ctx.params).backward(dout, q, k, v, out, lse, ctx.params)
         return dq, dk, dv, None, None
 
 

@@ -78,6 +78,79 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     return out, lse, _attn_probs(q, k, v, params)
 
 
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None):
+    """Exact attention over packed sequences of different lengths, FlashAttention-2 compatible.
+
+    Sequence ``b`` is rows ``cu_seqlens_q[b]:cu_seqlens_q[b+1]`` of q and
+    ``cu_seqlens_k[b]:cu_seqlens_k[b+1]`` of k/v; no work is spent on padding and sequences
+    never see each other. Causal/window alignment is per sequence (bottom-right, see
+    :func:`flash_attn_func`).
+
+    Args:
+        q: ``(total_q, nheads, headdim)``; k: ``(total_k, nheads_k, headdim)``;
+            v: ``(total_k, nheads_k, headdim_v)``.
+        cu_seqlens_q, cu_seqlens_k: int32 ``(batch + 1,)``, starting at 0, non-decreasing,
+            ending at ``total_q``/``total_k``.
+        max_seqlen_q, max_seqlen_k: ints, at least the longest query/key sequence.
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic:
+            as in :func:`flash_attn_func` (``alibi_slopes`` ``(nheads,)`` or ``(batch, nheads)``).
+        return_attn_probs: also return ``softmax_lse`` float32 ``(nheads, total_q)`` and
+            ``S_dmask`` ``(batch, nheads, max_seqlen_q, max_seqlen_k)`` (zero-padded).
+        block_table: paged K/V (not yet in varlen: use :func:`flash_attn_with_kvcache`).
+
+    Returns:
+        ``out`` ``(total_q, nheads, headdim_v)``, or ``(out, softmax_lse, S_dmask)``.
+
+    Example:
+        >>> cu = torch.tensor([0, 100, 350, 400], dtype=torch.int32, device="cuda")
+        >>> q = torch.randn(400, 8, 64, device="cuda", dtype=torch.bfloat16)
+        >>> out = flash_attn_varlen_func(q, q, q, cu, cu, 250, 250, causal=True)
+    """
+    layout = "(total, nheads, headdim)"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        V.check_tensor(name, t, 3, layout)
+    V.check_same(("q", "k", "v"), (q, k, v))
+    if k.shape[0] != v.shape[0] or k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v must have the same packed length and heads, got "
+                         f"{tuple(k.shape[:2])} and {tuple(v.shape[:2])} (layout {layout})")
+    V.check_qkv_shapes(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), seq_dim=1, head_dim=2,
+                       layout=layout)
+    V.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device, "max_seqlen_q",
+                       max_seqlen_q)
+    V.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device, "max_seqlen_k",
+                       max_seqlen_k)
+    if cu_seqlens_q.numel() != cu_seqlens_k.numel():
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same batch, got "
+                         f"{cu_seqlens_q.numel() - 1} and {cu_seqlens_k.numel() - 1} sequences")
+    if block_table is not None:
+        raise NotImplementedError("block_table (paged K/V) is not supported by "
+                                  "flash_attn_varlen_func yet; use flash_attn_with_kvcache for "
+                                  "paged caches")
+    batch = cu_seqlens_q.numel() - 1
+    params, backend = _flash_params(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), dropout_p,
+                                    softmax_scale, causal, window_size, softcap, None,
+                                    deterministic)
+    params = params.with_(
+        alibi_slopes=V.check_alibi(alibi_slopes, batch, q.shape[1], q.device),
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+        max_seqlen_q=max(int(max_seqlen_q), 1), max_seqlen_k=max(int(max_seqlen_k), 1))
+    V.check_bool("return_attn_probs", return_attn_probs)
+    out, lse = attention(q, k, v, params, backend)
+    if not return_attn_probs:
+        return out
+    probs = torch.zeros(batch, q.shape[1], params.max_seqlen_q, params.max_seqlen_k,
+                        dtype=q.dtype, device=q.device)
+    from .reference.varlen import _sequences
+    for b, qs, ks, params_b in _sequences(params, q.shape[1]):
+        if qs.stop > qs.start and ks.stop > ks.start:
+            probs[b, :, :qs.stop - qs.start, :ks.stop - ks.start] = _attn_probs(
+                q[qs].unsqueeze(0), k[ks].unsqueeze(0), v[ks].unsqueeze(0), params_b)[0]
+    return out, lse, probs
+
+
 def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                   deterministic) -> tuple[AttentionParams, str]:
     """Validate flash-attn style arguments and build the parameters object and the backend."""

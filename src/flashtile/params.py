@@ -38,6 +38,8 @@ class AttentionParams:
         mask_mod: FlexAttention ``mask_mod(b, h, q_idx, kv_idx) -> bool``.
         block_mask: a :class:`flashtile.masks.BlockMask` (block-sparse attention).
         attn_bias: float ``(b|1, h|1, sq|1, sk|1)`` added to scores, or bool (True = keep).
+        cu_seqlens_q, cu_seqlens_k: int32 ``(batch + 1,)`` sequence starts (varlen: Q/K/V are
+            packed ``(total, nheads, headdim)``); ``max_seqlen_q``/``max_seqlen_k`` their maxima.
     """
 
     softmax_scale: float
@@ -55,6 +57,10 @@ class AttentionParams:
     mask_mod: Optional[Callable] = None
     block_mask: Optional[object] = None
     attn_bias: Optional[torch.Tensor] = None
+    cu_seqlens_q: Optional[torch.Tensor] = None
+    cu_seqlens_k: Optional[torch.Tensor] = None
+    max_seqlen_q: int = 0
+    max_seqlen_k: int = 0
 
     def with_(self, **changes) -> "AttentionParams":
         return replace(self, **changes)

@@ -25,26 +25,33 @@ import triton.language as tl
 
 from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropout_args,
                      dropout_keep, interpreting, padded_headdim, prune_configs, row_ranges,
-                     score_args, scores_log2, seq_bucket, tile_ranges, window_args)
+                     score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
+                     varlen_args, window_args)
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads"])
-def _bwd_preprocess(O, DO, Dsum, stride_ob, stride_os, stride_oh, stride_dob, stride_dos,
-                    stride_doh, nheads, seqlen_q, head_dv,
-                    BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr):
+@triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
+def _bwd_preprocess(O, DO, Dsum, CU_Q, stride_ob, stride_os, stride_oh, stride_dob, stride_dos,
+                    stride_doh, stride_lse_b, stride_lse_h, nheads, seqlen_q, head_dv,
+                    BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr, IS_VARLEN: tl.constexpr):
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
-    offs_m = (pid % n_mblocks) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, HEAD_DV)
+    start_m = (pid % n_mblocks) * BLOCK_M
     off_b = (bh // nheads).to(tl.int64)
     off_h = (bh % nheads).to(tl.int64)
+    q_start, _, seqlen_q, _, _ = seq_bounds(CU_Q, CU_Q, off_b, seqlen_q, seqlen_q, IS_VARLEN, False)
+    if start_m >= seqlen_q:
+        return
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_dv = tl.arange(0, HEAD_DV)
     mask = (offs_m[:, None] < seqlen_q) & (offs_dv[None, :] < head_dv)
-    o = tl.load(O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os
+    rows = q_start + offs_m[:, None]
+    o = tl.load(O + off_b * stride_ob + off_h * stride_oh + rows * stride_os
                 + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + offs_m[:, None] * stride_dos
+    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + rows * stride_dos
                  + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(Dsum + bh.to(tl.int64) * seqlen_q + offs_m, tl.sum(o * do, 1), mask=offs_m < seqlen_q)
+    tl.store(Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m,
+             tl.sum(o * do, 1), mask=offs_m < seqlen_q)
 
 
 @triton.jit
@@ -108,12 +115,13 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
                      stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                      stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
                      stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
-                     seq_bucket, diag_off, window_left, window_right, qk_scale, softcap_log2,
-                     sm_scale, seed, rng_offset, dropout_p,
+                     seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
+                     qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                      HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                     HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+                     BOTTOM_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                     HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_nblocks = tl.cdiv(seqlen_k, BLOCK_N)
     bhkv = pid // n_nblocks
@@ -121,14 +129,19 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
     nheads_kv = nheads // group
     off_b = (bhkv // nheads_kv).to(tl.int64)
     off_hkv = (bhkv % nheads_kv).to(tl.int64)
+    q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
+        CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
+    if start_n >= seqlen_k:
+        return                                   # varlen: this sequence is shorter
 
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
-    k = _load_rows(K + off_b * stride_kb + off_hkv * stride_kh, offs_n, stride_ks, offs_d,
-                   seqlen_k, head_d)
-    v = _load_rows(V + off_b * stride_vb + off_hkv * stride_vh, offs_n, stride_vs, offs_dv,
-                   seqlen_k, head_dv)
+    k = _load_rows(K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks, offs_n,
+                   stride_ks, offs_d, seqlen_k, head_d)
+    v = _load_rows(V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs, offs_n,
+                   stride_vs, offs_dv, seqlen_k, head_dv)
+    rng_offset = rng_offset + off_b * rng_stride_b
     dk = tl.zeros([BLOCK_N, HEAD_D], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DV], tl.float32)
     col_hi = tl.minimum(start_n + BLOCK_N, seqlen_k) - 1
@@ -136,11 +149,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
                             BLOCK_M, HAS_LEFT, HAS_RIGHT)
     for g in range(0, group):
         off_h = off_hkv * group + g
-        q_base = Q + off_b * stride_qb + off_h * stride_qh
-        do_base = DO + off_b * stride_dob + off_h * stride_doh
-        row_base = (off_b * nheads + off_h) * seqlen_q
-        LSE_row = LSE + row_base
-        D_row = Dsum + row_base
+        q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
+        do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos
+        row_base = off_h * seqlen_q
+        LSE_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start
+        D_row = Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start
         slope_log2 = 0.0
         if HAS_ALIBI:
             slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
@@ -163,10 +176,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
                              dropout_p, BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                              HAS_ALIBI, HAS_DROPOUT, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
-    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + offs_n[:, None] * stride_dks
+    cols = k_start + offs_n[:, None]
+    tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + cols * stride_dks
              + offs_d[None, :], (dk * sm_scale).to(DK.dtype.element_ty),
              mask=n_ok & (offs_d[None, :] < head_d))
-    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + offs_n[:, None] * stride_dvs
+    tl.store(DV + off_b * stride_dvb + off_hkv * stride_dvh + cols * stride_dvs
              + offs_dv[None, :], dv.to(DV.dtype.element_ty),
              mask=n_ok & (offs_dv[None, :] < head_dv))
 
@@ -210,12 +224,13 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
                    stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                    stride_dqb, stride_dqs, stride_dqh,
                    stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
-                   seq_bucket, diag_off, window_left, window_right, qk_scale, softcap_log2,
-                   sm_scale, seed, rng_offset, dropout_p,
+                   seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
+                   qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                   HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                   HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+                   BOTTOM_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                   HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
+                   IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
@@ -224,22 +239,27 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     off_h = off_h.to(tl.int64)
+    q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
+        CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
+    if start_m >= seqlen_q:
+        return
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
-    q = _load_rows(Q + off_b * stride_qb + off_h * stride_qh, offs_m, stride_qs, offs_d,
-                   seqlen_q, head_d)
-    do = _load_rows(DO + off_b * stride_dob + off_h * stride_doh, offs_m, stride_dos, offs_dv,
-                    seqlen_q, head_dv)
-    lse2, Di = _row_stats(LSE + bh.to(tl.int64) * seqlen_q, Dsum + bh.to(tl.int64) * seqlen_q,
-                          offs_m, seqlen_q)
+    q = _load_rows(Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs, offs_m,
+                   stride_qs, offs_d, seqlen_q, head_d)
+    do = _load_rows(DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos, offs_m,
+                    stride_dos, offs_dv, seqlen_q, head_dv)
+    stats = off_b * stride_lse_b + off_h * stride_lse_h + q_start
+    lse2, Di = _row_stats(LSE + stats, Dsum + stats, offs_m, seqlen_q)
     slope_log2 = 0.0
     if HAS_ALIBI:
         slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
-    row_base = bh.to(tl.int64) * seqlen_q
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
+    row_base = off_h * seqlen_q
+    rng_offset = rng_offset + off_b * rng_stride_b
     dq = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
     a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
@@ -259,7 +279,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
                    window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
                    dropout_p, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
                    HAS_DROPOUT, PRECISION)
-    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + offs_m[:, None] * stride_dqs
+    tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
 
@@ -272,7 +292,7 @@ def _configs(gpu_shapes):
 
 
 _KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
-        "PRECISION", "seq_bucket"]
+        "IS_VARLEN", "PRECISION", "seq_bucket"]
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
 _dkdv = triton.autotune(
     configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
@@ -290,38 +310,50 @@ _dq = triton.autotune(
 def backward(dout, q, k, v, out, lse, params):
     """Launch the three backward kernels.
 
-    Shapes as in :func:`flashtile.kernels.fwd.forward`; ``dout`` like ``out``. Returns
-    ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype.
+    Shapes as in :func:`flashtile.kernels.fwd.forward` (dense or varlen); ``dout`` like ``out``.
+    Returns ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype.
     """
-    batch, seqlen_q, nheads, head_d = q.shape
-    seqlen_k, nheads_kv, head_dv = k.shape[1], k.shape[2], v.shape[3]
+    varlen = params.cu_seqlens_q is not None
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
-    dsum = alloc((batch, nheads, seqlen_q), torch.float32, q.device)
-    block_pre = 16 if interpreting() else 64
-    _bwd_preprocess[(cdiv(seqlen_q, block_pre) * batch * nheads,)](
-        out, dout, dsum, *out.stride()[:3], *dout.stride()[:3], nheads, seqlen_q, head_dv,
-        BLOCK_M=block_pre, HEAD_DV=HEAD_DV)
-
     dq = alloc(q.shape, q.dtype, q.device)
     dk = alloc(k.shape, k.dtype, k.device)
     dv = alloc(v.shape, v.dtype, v.device)
+    if varlen:                                   # (total, h, d) -> (1, total, h, d) views
+        q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
+        dq4, dk4, dv4 = dq.unsqueeze(0), dk.unsqueeze(0), dv.unsqueeze(0)
+        batch = params.cu_seqlens_q.numel() - 1
+        seqlen_q, seqlen_k = params.max_seqlen_q, params.max_seqlen_k
+    else:
+        dq4, dk4, dv4 = dq, dk, dv
+        batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
+    nheads, head_d = q.shape[2], q.shape[3]
+    nheads_kv, head_dv = k.shape[2], v.shape[3]
+    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
+    lay = varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
+
+    dsum = alloc(lse.shape, torch.float32, q.device)
+    block_pre = 16 if interpreting() else 64
+    _bwd_preprocess[(cdiv(seqlen_q, block_pre) * batch * nheads,)](
+        out, dout, dsum, lay["CU_Q"], *strides(out, varlen), *strides(dout, varlen),
+        lay["stride_lse_b"], lay["stride_lse_h"], nheads, seqlen_q, head_dv,
+        BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen)
+
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
     common = dict(
-        **window_args(params, seqlen_q, seqlen_k), **score_args(params), **dropout_args(params),
+        **lay, **window_args(params), **score_args(params), **dropout_args(params),
         sm_scale=params.softmax_scale, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV,
         PRECISION=dot_precision(q.dtype))
     sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
              seq_bucket(seqlen_q, seqlen_k))
     slopes_arg = slopes if slopes is not None else lse
     _dkdv[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
-        q, k, v, dout, lse, dsum, dk, dv, slopes_arg,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
-        *dk.stride()[:3], *dv.stride()[:3], *sizes, **common)
+        q, k, v, dout, lse, dsum, dk4, dv4, slopes_arg,
+        *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
+        *strides(dk4, varlen), *strides(dv4, varlen), *sizes, **common)
     _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
-        q, k, v, dout, lse, dsum, dq, slopes_arg,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *dout.stride()[:3],
-        *dq.stride()[:3], *sizes, **common)
+        q, k, v, dout, lse, dsum, dq4, slopes_arg,
+        *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
+        *strides(dq4, varlen), *sizes, **common)
     return dq, dk, dv

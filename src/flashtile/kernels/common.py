@@ -31,7 +31,8 @@ LN2 = 0.6931471805599453
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
 # new sequence length or window recompiles all kernels. Strides stay specialised (alignment).
 NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "head_d", "head_dv", "seq_bucket",
-                 "diag_off", "window_left", "window_right", "stride_slope_b", "seed", "rng_offset"]
+                 "window_left", "window_right", "stride_slope_b", "seed", "rng_offset",
+                 "rng_stride_b", "stride_lse_b", "stride_lse_h"]
 
 
 def padded_headdim(d: int) -> int:
@@ -76,13 +77,57 @@ def env_block(name: str) -> int | None:
     return int(value) if value else None
 
 
-def window_args(params, seqlen_q: int, seqlen_k: int) -> dict:
-    """Runtime band arguments and the constexpr flags that say which sides are bounded."""
+def window_args(params) -> dict:
+    """Runtime band arguments and the constexpr flags that say which sides are bounded (the
+    diagonal offset is computed in the kernel, per sequence for varlen)."""
     return dict(
         window_left=max(params.window_left, 0), window_right=max(params.window_right, 0),
-        diag_off=params.diagonal_offset(seqlen_q, seqlen_k),
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
+        BOTTOM_RIGHT=params.bottom_right,
     )
+
+
+def varlen_args(params, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, lse: torch.Tensor):
+    """Sequence bounds, LSE layout and the dropout counter stride of each batch entry.
+
+    Dense: LSE ``(b, h, sq)``. Varlen: q/k are ``(1, total, h, d)`` views, ``seqlen_q/k`` are the
+    maxima, LSE is ``(h, total_q)`` and sequence ``b`` starts at ``cu_seqlens[b]``. The dropout
+    counters of batch entry ``b`` start at ``b * nheads * seqlen_q * seqlen_k`` (maxima) so that
+    every position has its own counter in both layouts.
+    """
+    varlen = params.cu_seqlens_q is not None
+    if varlen:
+        stride_lse_b, stride_lse_h = 0, lse.stride(0)
+    else:
+        stride_lse_b, stride_lse_h = lse.stride(0), lse.stride(1)
+    return dict(
+        CU_Q=params.cu_seqlens_q if varlen else lse, CU_K=params.cu_seqlens_k if varlen else lse,
+        stride_lse_b=stride_lse_b, stride_lse_h=stride_lse_h,
+        rng_stride_b=nheads * seqlen_q * seqlen_k, IS_VARLEN=varlen,
+    )
+
+
+def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
+    """(batch, seqlen, head) strides of a ``(b, s, h, d)`` tensor; varlen views ``(1, total, h,
+    d)`` get batch stride 0 because sequence ``b`` is addressed through ``cu_seqlens``."""
+    return (0 if varlen else t.stride(0)), t.stride(1), t.stride(2)
+
+
+@triton.jit
+def seq_bounds(CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN: tl.constexpr,
+               BOTTOM_RIGHT: tl.constexpr):
+    """``(q_start, k_start, seqlen_q, seqlen_k, diag_off)`` of batch entry ``off_b``."""
+    q_start = 0
+    k_start = 0
+    if IS_VARLEN:
+        q_start = tl.load(CU_Q + off_b)
+        seqlen_q = tl.load(CU_Q + off_b + 1) - q_start
+        k_start = tl.load(CU_K + off_b)
+        seqlen_k = tl.load(CU_K + off_b + 1) - k_start
+    diag_off = 0
+    if BOTTOM_RIGHT:
+        diag_off = seqlen_k - seqlen_q
+    return q_start, k_start, seqlen_q, seqlen_k, diag_off
 
 
 def score_args(params) -> dict:

@@ -20,7 +20,8 @@ import triton.language as tl
 
 from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropout_args,
                      dropout_keep, env_block, interpreting, padded_headdim, prune_configs,
-                     score_args, scores_log2, seq_bucket, tile_ranges, window_args)
+                     score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
+                     varlen_args, window_args)
 
 
 @triton.jit
@@ -83,15 +84,16 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
                 stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv, seq_bucket,
-                diag_off, window_left, window_right, qk_scale, softcap_log2,
-                seed, rng_offset, dropout_p,
+                CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right, qk_scale, softcap_log2,
+                seed, rng_offset, rng_stride_b, dropout_p,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
                 HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                PRECISION: tl.constexpr):
+                IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr):
     # One flat grid; the query block varies fastest so programs of one head run together
-    # (K/V stay in L2), and the last (heaviest under causal) query block goes first.
+    # (K/V stay in L2), and the last (heaviest under causal) query block goes first. For varlen,
+    # seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
@@ -100,19 +102,25 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     off_h = off_h.to(tl.int64)
+    q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
+        CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
+    if start_m >= seqlen_q:
+        return                                   # varlen: this sequence is shorter
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
-    q_ptrs = Q + off_b * stride_qb + off_h * stride_qh + offs_m[:, None] * stride_qs + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
+    q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
+    q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :],
+                mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
+    k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
+    v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
     slope_log2 = 0.0
     if HAS_ALIBI:
         slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
 
-    row_base = (off_b * nheads + off_h) * seqlen_q                      # int64: dropout counters
+    row_base = off_h * seqlen_q                                         # dropout counters
+    rng_offset = rng_offset + off_b * rng_stride_b
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
@@ -145,8 +153,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
         out = out * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     row_ok = offs_m < seqlen_q
-    tl.store(LSE + bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_ok)
-    o_ptrs = O + off_b * stride_ob + off_h * stride_oh + offs_m[:, None] * stride_os + offs_dv[None, :]
+    tl.store(LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, lse, mask=row_ok)
+    o_ptrs = (O + off_b * stride_ob + off_h * stride_oh + (q_start + offs_m[:, None]) * stride_os
+              + offs_dv[None, :])
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
 
 
@@ -166,7 +175,7 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "HAS_DROPOUT", "seq_bucket"],
+         "HAS_DROPOUT", "IS_VARLEN", "seq_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
@@ -177,12 +186,24 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
 
     Shapes: q ``(b, sq, hq, d)``, k ``(b, sk, hkv, d)``, v ``(b, sk, hkv, dv)`` (last dim
     contiguous, any other strides). Returns out ``(b, sq, hq, dv)`` in q's dtype and lse float32
-    ``(b, hq, sq)`` (natural log).
+    ``(b, hq, sq)`` (natural log). Varlen (``params.cu_seqlens_q`` set): q ``(total_q, hq, d)``,
+    k/v ``(total_k, hkv, d|dv)``, out ``(total_q, hq, dv)``, lse ``(hq, total_q)``.
     """
-    batch, seqlen_q, nheads, head_d = q.shape
-    seqlen_k, nheads_kv, head_dv = k.shape[1], k.shape[2], v.shape[3]
-    out = alloc((batch, seqlen_q, nheads, head_dv), q.dtype, q.device)
-    lse = alloc((batch, nheads, seqlen_q), torch.float32, q.device)
+    varlen = params.cu_seqlens_q is not None
+    out_shape = (*q.shape[:-1], v.shape[-1])
+    if varlen:                                   # (total, h, d) -> (1, total, h, d) views
+        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+        batch = params.cu_seqlens_q.numel() - 1
+        seqlen_q, seqlen_k = params.max_seqlen_q, params.max_seqlen_k
+    else:
+        batch, seqlen_q = q.shape[0], q.shape[1]
+        seqlen_k = k.shape[1]
+    nheads, head_d = q.shape[2], q.shape[3]
+    nheads_kv, head_dv = k.shape[2], v.shape[3]
+    out = alloc(out_shape, q.dtype, q.device)
+    out4 = out.unsqueeze(0) if varlen else out
+    lse_shape = (nheads, q.shape[1]) if varlen else (batch, nheads, seqlen_q)
+    lse = alloc(lse_shape, torch.float32, q.device)
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
     HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
@@ -191,11 +212,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
     _fwd[grid](
-        q, k, v, out, lse, slopes if slopes is not None else lse,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        q, k, v, out4, lse, slopes if slopes is not None else lse,
+        *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(out4, varlen),
         stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
         seq_bucket(seqlen_q, seqlen_k),
-        **window_args(params, seqlen_q, seqlen_k), **score_args(params), **dropout_args(params),
+        **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
+        **window_args(params), **score_args(params), **dropout_args(params),
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PRECISION=dot_precision(q.dtype),
     )

@@ -1,0 +1,434 @@
+"""Split-KV decoding ("flash-decoding") over a contiguous or paged KV cache.
+
+Decoding reads the whole cache for a handful of query rows, so it is bound by HBM bandwidth and
+the only goal is to keep every SM streaming K/V. Two ideas:
+
+- **GQA packing.** One program serves *all* query heads of one KV head: the ``group * seqlen_q``
+  query rows of the group are packed into the M dimension of the tile (row ``r`` is query
+  ``i = r // group`` of head ``hkv * group + r % group``), so each K/V tile is read once for the
+  whole group instead of ``group`` times.
+- **Split-KV.** When ``batch * nheads_k`` programs cannot fill the GPU, the visible key range of
+  each (sequence, KV head) is cut into ``num_splits`` consecutive slices, one program each. Every
+  program keeps the online-softmax state of its slice and writes a partial output and LSE; the
+  combine kernel merges the splits with the same discount rule the tile loop uses.
+
+Notation (also see :mod:`flashtile.kernels.common`):
+
+- ``BLOCK_M`` packed rows per program (>= 16 for ``tl.dot``), ``BLOCK_N`` keys per tile,
+  ``HEAD_D``/``HEAD_DV`` head dims padded to powers of two.
+- Keys are addressed by *slot*: slot ``p`` of sequence ``b`` is row ``p`` of cache row
+  ``cache_batch_idx[b]`` (contiguous) or row ``p % page_size`` of page
+  ``block_table[b, p // page_size]`` (paged; looked up per key inside the tile, no gather copy).
+  Tiles start at multiples of ``BLOCK_N`` in slot coordinates, so a paged and a contiguous cache
+  holding the same tokens are processed identically (bitwise-equal results).
+- The valid keys of sequence ``b`` are slots ``[key_start, key_end)`` =
+  ``[leftpad[b], cache_seqlens[b] + seqlen_new)``. With ``n = key_end - key_start`` valid keys,
+  query ``i`` sees slot ``p`` iff ``i + off - left <= p <= i + off + right`` with
+  ``off = key_end - seqlen_q`` (bottom-right alignment in slot coordinates; the left padding
+  cancels out), and ALiBi's distance ``i + off - p`` is the same as flash-attn's.
+- ``m_i``, ``l_i``, ``acc``: running max (log2 domain), running sum of ``exp2(s2 - m_i)`` and
+  unnormalised output, per packed row. A split writes ``acc / l_i`` and ``m_i + log2(l_i)``
+  (``-inf`` and 0 when its slice saw no key); the combine keeps ``(m, l, acc)`` over splits:
+  ``w_s = exp2(lse_s - m)``, ``l = sum w_s``, ``out = sum w_s o_s / l``, ``lse = m + log2(l)``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import (LN2, LOG2E, alloc, autotune_enabled, band_mask, cdiv, dot_precision,
+                     interpreting, padded_headdim, score_args, scores_log2)
+
+DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
+MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
+MAX_BLOCK_M = 64
+MAX_SPLITS = 128
+
+NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "head_d", "head_dv", "num_splits",
+                 "window_left", "window_right", "kv_bucket", "stride_slope_b"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernels
+
+@triton.jit
+def _key_tile_ranges(row_lo, row_hi, key_start, key_end, diag_off, window_left, window_right,
+                     BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """Key tiles seen by query rows ``[row_lo, row_hi]`` among slots ``[key_start, key_end)``:
+    masked ``[a, b)``, full ``[b, c)``, masked ``[c, d)`` (tile starts, multiples of BLOCK_N).
+    Like ``common.tile_ranges``, with a lower end ``key_start`` (the left padding)."""
+    key_lo = key_start
+    full_lo = key_start
+    if HAS_LEFT:
+        key_lo = tl.maximum(row_lo + diag_off - window_left, key_start)
+        full_lo = tl.maximum(row_hi + diag_off - window_left, key_start)
+    key_hi = key_end
+    full_hi = key_end
+    if HAS_RIGHT:
+        key_hi = tl.minimum(row_hi + diag_off + window_right + 1, key_end)
+        full_hi = tl.minimum(row_lo + diag_off + window_right + 1, key_end)
+    key_hi = tl.maximum(key_hi, key_lo)
+    a = (key_lo // BLOCK_N) * BLOCK_N
+    d = tl.cdiv(key_hi, BLOCK_N) * BLOCK_N
+    b = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, a), d)
+    c = tl.minimum(tl.maximum((full_hi // BLOCK_N) * BLOCK_N, b), d)
+    return a, b, c, d
+
+
+@triton.jit
+def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop,
+                  offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end,
+                  diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
+                  stride_kb, stride_ks, stride_vb, stride_vs, page_size,
+                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, PAGED: tl.constexpr,
+                  EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr,
+                  HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """Fold the key tiles ``[start, stop)`` (slots) into ``(acc, l_i, m_i)``.
+
+    ``k_head``/``v_head``: pointer offsets of the KV head (plus the cache row when contiguous);
+    ``table_row``: pointer to the sequence's block-table row (paged)."""
+    for start_n in range(start, stop, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)                         # slots
+        if MASKED:
+            in_seq = (offs_n >= key_start) & (offs_n < key_end)
+        if PAGED:
+            if MASKED:
+                page = tl.load(table_row + offs_n // page_size, mask=in_seq, other=0)
+            else:
+                page = tl.load(table_row + offs_n // page_size)
+            page = page.to(tl.int64)
+            row = (offs_n % page_size).to(tl.int64)
+            k_rows = page * stride_kb + row * stride_ks
+            v_rows = page * stride_vb + row * stride_vs
+        else:
+            k_rows = offs_n.to(tl.int64) * stride_ks
+            v_rows = offs_n.to(tl.int64) * stride_vs
+        k_ptrs = K + k_head + k_rows[:, None] + offs_d[None, :]
+        v_ptrs = V + v_head + v_rows[:, None] + offs_dv[None, :]
+        if MASKED:
+            k = tl.load(k_ptrs, mask=in_seq[:, None] & (offs_d[None, :] < head_d), other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[None, :] < head_d, other=0.0)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
+        s2, _ = scores_log2(qk, offs_i, offs_n, seqlen_q, key_end, slope_log2, qk_scale,
+                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if MASKED:
+            keep = band_mask(offs_i, offs_n, key_end, diag_off, window_left, window_right,
+                             HAS_LEFT, HAS_RIGHT)
+            keep = keep & (offs_n >= key_start)[None, :]
+            s2 = tl.where(keep, s2, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s2, 1))
+            # Rows that have seen no visible key keep m = -inf: shift by 0, never -inf - -inf.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        else:
+            m_new = tl.maximum(m_i, tl.max(s2, 1))
+            m_shift = m_new
+        p = tl.math.exp2(s2 - m_shift[:, None])
+        alpha = tl.math.exp2(m_i - m_shift)                              # the discount
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if MASKED:
+            v = tl.load(v_ptrs, mask=in_seq[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
+        elif EVEN_DV:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_dv[None, :] < head_dv, other=0.0)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
+        m_i = m_new
+    return acc, l_i, m_i
+
+
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
+def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
+                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_ob, stride_osplit, stride_os,
+                   stride_oh, stride_lb, stride_lsplit, stride_lh, stride_bt, stride_slope_b,
+                   seqlen_q, seqlen_new, group, head_d, head_dv, page_size, num_splits,
+                   window_left, window_right, qk_scale, softcap_log2, kv_bucket,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                   HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                   PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
+                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                   HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr):
+    # Grid: (split, mblock + n_mblocks * kv_head, batch).
+    off_split = tl.program_id(0)
+    pid_mh = tl.program_id(1)
+    off_b = tl.program_id(2)
+    n_rows = group * seqlen_q
+    n_mblocks = tl.cdiv(n_rows, BLOCK_M)
+    off_hkv = pid_mh // n_mblocks
+    start_m = (pid_mh % n_mblocks) * BLOCK_M
+    off_b64 = off_b.to(tl.int64)
+
+    offs_r = start_m + tl.arange(0, BLOCK_M)                             # packed rows
+    offs_i = offs_r // group                                             # query index
+    offs_h = off_hkv * group + offs_r % group                            # query head
+    row_ok = offs_r < n_rows
+    offs_d = tl.arange(0, HEAD_D)
+    offs_dv = tl.arange(0, HEAD_DV)
+    q_ptrs = (Q + off_b64 * stride_qb + offs_i.to(tl.int64)[:, None] * stride_qs
+              + offs_h.to(tl.int64)[:, None] * stride_qh + offs_d[None, :])
+    q = tl.load(q_ptrs, mask=row_ok[:, None] & (offs_d[None, :] < head_d), other=0.0)
+    slope_log2 = 0.0
+    if HAS_ALIBI:
+        slope = tl.load(SLOPES + off_b64 * stride_slope_b + offs_h, mask=row_ok, other=0.0)
+        slope_log2 = (slope * 1.4426950408889634)[:, None]
+
+    # The sequence: valid slots [key_start, key_end), where its KV head lives.
+    key_end = tl.load(SEQLENS + off_b) + seqlen_new
+    key_start = 0
+    if HAS_LEFTPAD:
+        key_start = tl.load(LEFTPAD + off_b)
+    diag_off = key_end - seqlen_q
+    table_row = BLOCK_TABLE
+    k_head = off_hkv.to(tl.int64) * stride_kh
+    v_head = off_hkv.to(tl.int64) * stride_vh
+    if PAGED:
+        table_row = BLOCK_TABLE + off_b64 * stride_bt
+    else:
+        cache_row = off_b64
+        if HAS_BATCH_IDX:
+            cache_row = tl.load(BATCH_IDX + off_b).to(tl.int64)
+        k_head += cache_row * stride_kb
+        v_head += cache_row * stride_vb
+
+    # Visible tiles, then this split's slice of them.
+    row_hi = (tl.minimum(start_m + BLOCK_M, n_rows) - 1) // group
+    a, b, c, d = _key_tile_ranges(start_m // group, row_hi, key_start, key_end, diag_off,
+                                  window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+    tiles_per_split = tl.cdiv((d - a) // BLOCK_N, num_splits)
+    lo = a + off_split * tiles_per_split * BLOCK_N
+    hi = tl.minimum(lo + tiles_per_split * BLOCK_N, d)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
+    acc, l_i, m_i = _decode_tiles(
+        acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(a, lo), tl.minimum(b, hi),
+        offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
+        window_left, window_right, slope_log2, qk_scale, softcap_log2,
+        stride_kb, stride_ks, stride_vb, stride_vs, page_size,
+        BLOCK_N, True, PAGED, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        PRECISION)
+    acc, l_i, m_i = _decode_tiles(
+        acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(b, lo), tl.minimum(c, hi),
+        offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
+        window_left, window_right, slope_log2, qk_scale, softcap_log2,
+        stride_kb, stride_ks, stride_vb, stride_vs, page_size,
+        BLOCK_N, False, PAGED, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        PRECISION)
+    acc, l_i, m_i = _decode_tiles(
+        acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(c, lo), tl.minimum(d, hi),
+        offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
+        window_left, window_right, slope_log2, qk_scale, softcap_log2,
+        stride_kb, stride_ks, stride_vb, stride_vs, page_size,
+        BLOCK_N, True, PAGED, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        PRECISION)
+
+    # Rows that saw no key (in this slice): output 0, LSE -inf, never 0/0.
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+    if not SPLIT:
+        lse2 = lse2 * 0.6931471805599453                                # final: natural log
+    o_ptrs = (O + off_b64 * stride_ob + off_split.to(tl.int64) * stride_osplit
+              + offs_i.to(tl.int64)[:, None] * stride_os + offs_h.to(tl.int64)[:, None] * stride_oh
+              + offs_dv[None, :])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
+    l_ptrs = (LSE + off_b64 * stride_lb + off_split.to(tl.int64) * stride_lsplit
+              + offs_h.to(tl.int64) * stride_lh + offs_i)
+    tl.store(l_ptrs, lse2, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["seqlen_q", "nheads", "head_dv", "num_splits"])
+def _combine_kernel(O_PART, LSE_PART, O, LSE,
+                    stride_pb, stride_psplit, stride_ps, stride_ph,
+                    stride_lpb, stride_lpsplit, stride_lph,
+                    stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
+                    seqlen_q, nheads, head_dv, num_splits,
+                    BLOCK_S: tl.constexpr, HEAD_DV: tl.constexpr):
+    """One program per output row ``(b, h, i)``: merge the ``num_splits`` partial rows."""
+    pid = tl.program_id(0)
+    off_i = pid % seqlen_q
+    off_h = (pid // seqlen_q) % nheads
+    off_b = (pid // (seqlen_q * nheads)).to(tl.int64)
+    offs_dv = tl.arange(0, HEAD_DV)
+    dv_ok = offs_dv < head_dv
+    lse_base = LSE_PART + off_b * stride_lpb + off_h * stride_lph + off_i
+    o_base = O_PART + off_b * stride_pb + off_i * stride_ps + off_h * stride_ph
+
+    m = tl.full([1], float("-inf"), tl.float32)
+    l = tl.zeros([1], tl.float32)
+    acc = tl.zeros([HEAD_DV], tl.float32)
+    for s0 in range(0, num_splits, BLOCK_S):
+        offs_s = s0 + tl.arange(0, BLOCK_S)
+        s_ok = offs_s < num_splits
+        lse_s = tl.load(lse_base + offs_s.to(tl.int64) * stride_lpsplit, mask=s_ok,
+                        other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse_s, 0))
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.math.exp2(lse_s - m_shift)                                # 0 for empty splits
+        alpha = tl.math.exp2(m - m_shift)
+        o_s = tl.load(o_base + offs_s.to(tl.int64)[:, None] * stride_psplit + offs_dv[None, :],
+                      mask=s_ok[:, None] & dv_ok[None, :], other=0.0)
+        acc = acc * alpha + tl.sum(w[:, None] * o_s, 0)
+        l = l * alpha + tl.sum(w, 0)
+        m = m_new
+    empty = l == 0.0
+    out = acc / tl.where(empty, 1.0, l)
+    lse = tl.where(empty, float("-inf"), (m + tl.math.log2(tl.where(empty, 1.0, l))) * 0.6931471805599453)
+    tl.store(O + off_b * stride_ob + off_i * stride_os + off_h * stride_oh + offs_dv,
+             out.to(O.dtype.element_ty), mask=dv_ok)
+    tl.store(LSE + off_b * stride_lb + off_h * stride_lh + off_i + tl.arange(0, 1), lse)
+
+
+# ----------------------------------------------------------------------------------------------
+# Configs
+
+def _decode_configs():
+    if interpreting():
+        # The interpreter fails with more than one config ("0 active drivers"): pin one.
+        return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
+    return [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=s)
+            for (n, w, s) in [(64, 4, 3), (128, 4, 2), (64, 4, 4), (32, 4, 4), (128, 8, 3),
+                              (64, 8, 3), (32, 2, 4)]]
+
+
+def _prune_decode_configs(configs, named_args, **kwargs):
+    """Drop configs whose pipelined K+V tiles exceed ~160 KB of shared memory; only the first
+    without autotuning (``FLASHTILE_AUTOTUNE=0``)."""
+    head = kwargs.get("HEAD_D", 128) + kwargs.get("HEAD_DV", 128)
+    item = named_args["K"].element_size() if "K" in named_args else 2
+    keep = [c for c in configs
+            if c.num_stages * c.kwargs["BLOCK_N"] * head * item <= 160 * 1024]
+    keep = keep or configs[-1:]
+    return keep if autotune_enabled() else keep[:1]
+
+
+_decode = triton.autotune(
+    configs=_decode_configs(),
+    key=["HEAD_D", "HEAD_DV", "BLOCK_M", "PAGED", "SPLIT", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP",
+         "HAS_ALIBI", "PRECISION", "kv_bucket"],
+    cache_results=True,
+    prune_configs_by={"early_config_prune": _prune_decode_configs},
+)(_decode_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# Launchers
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (the H200's 132 when not a CUDA device)."""
+    if device.type != "cuda":
+        return DEFAULT_SM_COUNT
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def block_m(rows: int) -> int:
+    """Packed rows per program for ``rows = group * seqlen_q``."""
+    return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
+
+
+def num_splits_heuristic(programs: int, capacity: int, sms: int) -> int:
+    """Splits per (sequence, KV head, row block) for ``programs`` unsplit programs over caches of
+    ``capacity`` slots: one split when the programs already cover the SMs; otherwise enough
+    splits for about two programs per SM, but at least ``MIN_KEYS_PER_SPLIT`` keys per split."""
+    if programs >= sms:
+        return 1
+    want = cdiv(2 * sms, programs)
+    by_length = max(1, capacity // MIN_KEYS_PER_SPLIT)
+    return max(1, min(want, by_length, MAX_SPLITS))
+
+
+def resolve_num_splits(requested: int, batch: int, nheads_kv: int, rows: int, capacity: int,
+                       device: torch.device) -> int:
+    """The split count a call uses: the heuristic for 0, else ``requested``; capped at
+    ``MAX_SPLITS`` and at one split per 16 cache slots (at least 1). Only shapes enter (the
+    capacity, not the actual lengths), so choosing it never synchronises with the device."""
+    programs = batch * nheads_kv * cdiv(rows, block_m(rows))
+    splits = requested or num_splits_heuristic(programs, capacity, sm_count(device))
+    return max(1, min(splits, MAX_SPLITS, cdiv(capacity, 16)))
+
+
+def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
+           params) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``q`` ``(b, sq, hq, d)`` over the valid cache slots of each sequence (the
+    cache already holds the appended tokens). Returns out ``(b, sq, hq, dv)`` in q's dtype and
+    lse float32 ``(b, hq, sq)``."""
+    batch, seqlen_q, nheads, head_d = q.shape
+    nheads_kv, head_dv = k_cache.shape[2], v_cache.shape[3]
+    group = nheads // nheads_kv
+    rows = group * seqlen_q
+    bm = block_m(rows)
+    n_mblocks = cdiv(rows, bm)
+    splits = resolve_num_splits(call.num_splits, batch, nheads_kv, rows, call.capacity, q.device)
+    out = alloc((batch, seqlen_q, nheads, head_dv), q.dtype, q.device)
+    lse = alloc((batch, nheads, seqlen_q), torch.float32, q.device)
+    if splits > 1:
+        o_dst = alloc((batch, splits, seqlen_q, nheads, head_dv), torch.float32, q.device)
+        l_dst = alloc((batch, splits, nheads, seqlen_q), torch.float32, q.device)
+        o_strides = o_dst.stride()[:4]
+        l_strides = l_dst.stride()[:3]
+    else:
+        o_dst, l_dst = out, lse
+        o_strides = (out.stride(0), 0, out.stride(1), out.stride(2))
+        l_strides = (lse.stride(0), 0, lse.stride(1))
+    slopes = params.alibi_slopes
+    stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
+    seqlens = call.cache_seqlens
+    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
+    score = score_args(params)
+    score.pop("HAS_ALIBI")
+    _decode[(splits, n_mblocks * nheads_kv, batch)](
+        q, k_cache, v_cache, o_dst, l_dst, seqlens,
+        call.leftpad if call.leftpad is not None else seqlens,
+        call.batch_idx if call.batch_idx is not None else seqlens,
+        call.block_table if call.block_table is not None else seqlens,
+        slopes if slopes is not None else lse,
+        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides,
+        call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
+        seqlen_q, call.seqlen_new, group, head_d, head_dv, max(call.page_size, 1), splits,
+        max(params.window_left, 0), max(params.window_right, 0), **score,
+        kv_bucket=triton.next_power_of_2(cdiv(call.capacity, splits)),
+        BLOCK_M=bm, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
+        EVEN_DV=HEAD_DV == head_dv, PAGED=call.block_table is not None,
+        HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
+        HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
+        HAS_ALIBI=slopes is not None, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype),
+    )
+    if splits > 1:
+        _combine_kernel[(batch * nheads * seqlen_q,)](
+            o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
+            *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv, splits,
+            BLOCK_S=min(16, triton.next_power_of_2(splits)), HEAD_DV=HEAD_DV, num_warps=4,
+        )
+    return out, lse
+
+
+def kvcache_forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
+                    params) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton path of ``flash_attn_with_kvcache``: append (rotated) k/v into the cache,
+    rotate q into a new buffer, then split-KV attention (+ combine when split)."""
+    from .rotary import append_to_cache, rotate_queries
+
+    if call.k_new is not None:
+        append_to_cache(k_cache, v_cache, call)
+    if call.has_rotary:
+        q = rotate_queries(q, call)
+    return decode(q, k_cache, v_cache, call, params)
+
+
+__all__ = ["decode", "kvcache_forward", "num_splits_heuristic", "resolve_num_splits", "sm_count"]
