@@ -5,7 +5,7 @@ exact chunked PyTorch path for CPU. See README.md and DESIGN notes in docs/.
 """
 
 from .backend import get_backend, set_backend
-from .interface import flash_attn_func, flash_attn_varlen_func
+from .interface import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 from .params import AttentionParams
 from .reference.dense import attention_reference
 
@@ -17,5 +17,6 @@ __all__ = [
     "flash_attn_func",
     "flash_attn_varlen_func",
     "get_backend",
+    "scaled_dot_product_attention",
     "set_backend",
 ]

@@ -155,3 +155,20 @@ def check_cu_seqlens(name: str, cu, total: int, device: torch.device, max_name: 
         raise ValueError(f"{max_name}={max_seqlen} is smaller than the longest sequence in "
                          f"{name} ({max(lengths)}); pass the true maximum")
     return lengths
+
+
+def check_attn_mask(mask, full_shape: tuple[int, int, int, int], device: torch.device) -> None:
+    """SDPA's ``attn_mask``: bool or float, broadcastable to ``full_shape``, on ``device``."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a bool or float tensor broadcastable to {full_shape}, "
+                        f"got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise TypeError(f"attn_mask must be bool (True = attend) or floating point (added to the "
+                        f"scores), got {mask.dtype}")
+    if mask.device != device:
+        raise ValueError(f"attn_mask must be on {device} like query, got {mask.device}")
+    shape = tuple(mask.shape)
+    ok = mask.dim() <= 4 and all(m in (1, f) for m, f in zip(shape[::-1], full_shape[::-1]))
+    if not ok:
+        raise ValueError(f"attn_mask of shape {shape} does not broadcast to (batch, nheads, "
+                         f"seqlen_q, seqlen_k) = {full_shape}; each dimension must be 1 or match")

@@ -29,10 +29,12 @@ def _impl(backend: str, params: AttentionParams):
 
 
 class FlashAttnFunction(torch.autograd.Function):
-    """``(q, k, v) -> (out, lse)`` with the recomputing backward. ``lse`` has no gradient."""
+    """``(q, k, v, attn_bias) -> (out, lse)`` with the recomputing backward. ``lse`` has no
+    gradient; ``attn_bias`` (``params.attn_bias``, passed again so autograd sees it) gets one
+    when it is a float tensor that requires grad."""
 
     @staticmethod
-    def forward(ctx, q, k, v, params: AttentionParams, backend: str):
+    def forward(ctx, q, k, v, attn_bias, params: AttentionParams, backend: str):
         out, lse = _impl(backend, params).forward(q, k, v, params)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = params
@@ -43,10 +45,20 @@ class FlashAttnFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _impl(ctx.backend, ctx.params).backward(dout, q, k, v, out, lse, ctx.params)
-        return dq, dk, dv, None, None
+        impl = _impl(ctx.backend, ctx.params)
+        if ctx.needs_input_grad[3]:
+            if ctx.backend != "triton":
+                raise NotImplementedError("the gradient of a float attn_mask is computed by the "
+                                          "Triton kernels only so far; use CUDA tensors or "
+                                          "detach the mask")
+            dq, dk, dv, dbias = impl.backward(dout, q, k, v, out, lse, ctx.params,
+                                              need_bias_grad=True)
+        else:
+            dq, dk, dv = impl.backward(dout, q, k, v, out, lse, ctx.params)
+            dbias = None
+        return dq, dk, dv, dbias, None, None
 
 
 def attention(q, k, v, params: AttentionParams, backend: str):
     """Run attention with autograd support; returns ``(out, lse)``."""
-    return FlashAttnFunction.apply(q, k, v, params, backend)
+    return FlashAttnFunction.apply(q, k, v, params.attn_bias, params, backend)

@@ -151,6 +151,63 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return out, lse, probs
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """Drop-in for ``torch.nn.functional.scaled_dot_product_attention``, tiled and exact.
+
+    Args:
+        query: ``(batch, nheads, seqlen_q, headdim)``; key: ``(batch, nheads_kv, seqlen_k,
+            headdim)``; value: ``(batch, nheads_kv, seqlen_k, headdim_v)``.
+        attn_mask: bool (True = may attend) or float (added to the scores), any shape that
+            broadcasts to ``(batch, nheads, seqlen_q, seqlen_k)``; read through broadcast strides,
+            never expanded in memory. A float mask that requires grad gets its gradient.
+        dropout_p: dropout on the attention weights (applied whenever > 0, as torch does).
+        is_causal: causal mask aligned to the *top-left* corner (torch's convention: query ``i``
+            sees keys ``j <= i``), unlike flash-attn's bottom-right::
+
+                seqlen_q=2, seqlen_k=5
+                  1 0 0 0 0
+                  1 1 0 0 0
+
+        scale: defaults to ``1 / sqrt(headdim)``.
+        enable_gqa: allow ``nheads`` to be a multiple of ``nheads_kv`` (K/V are not expanded).
+
+    Returns:
+        ``(batch, nheads, seqlen_q, headdim_v)``. Unlike torch, a query row whose mask hides every
+        key returns 0 rather than NaN.
+    """
+    layout = "(batch, nheads, seqlen, headdim)"
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        V.check_tensor(name, t, 4, layout)
+    V.check_same(("query", "key", "value"), (query, key, value))
+    V.check_qkv_shapes(query, key, value, seq_dim=2, head_dim=1, layout=layout,
+                       gqa_hint="" if enable_gqa else "; also pass enable_gqa=True")
+    V.check_bool("is_causal", is_causal)
+    V.check_bool("enable_gqa", enable_gqa)
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise ValueError(f"query has {query.shape[1]} heads but key/value have {key.shape[1]}; "
+                         "set enable_gqa=True for grouped-query attention")
+    scale = V.check_scale("scale", scale)
+    batch, nheads, seqlen_q, _ = query.shape
+    seqlen_k = key.shape[2]
+    if attn_mask is not None:
+        V.check_attn_mask(attn_mask, (batch, nheads, seqlen_q, seqlen_k), query.device)
+        if is_causal:
+            raise ValueError("pass either attn_mask or is_causal=True, not both (as torch); fold "
+                             "the causal mask into attn_mask")
+    params = AttentionParams(
+        softmax_scale=scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]),
+        window_right=0 if is_causal else -1, bottom_right=False, causal=is_causal,
+        dropout_p=V.check_dropout(dropout_p), attn_bias=attn_mask)
+    if params.dropout_p > 0:
+        seed, offset = draw_seed_offset(query.device)
+        params = params.with_(seed=seed, offset=offset)
+    # (b, h, s, d) -> (b, s, h, d): free transposed views, no copies.
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    out, _ = attention(q, k, v, params, resolve(query.device))
+    return out.transpose(1, 2)
+
+
 def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                   deterministic) -> tuple[AttentionParams, str]:
     """Validate flash-attn style arguments and build the parameters object and the backend."""

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropout_args,
+from .common import (NO_SPECIALIZE, add_bias, alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args,
                      dropout_keep, interpreting, padded_headdim, prune_configs, row_ranges,
                      score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
                      varlen_args, window_args)
@@ -73,10 +73,12 @@ def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride_dos,
                 start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                 diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
-                row_base, seed, rng_offset, dropout_p,
+                row_base, seed, rng_offset, dropout_p, bias_base, dbias_base, stride_bm,
+                stride_bn, stride_dbm,
                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
                 HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+                HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+                HAS_DBIAS: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head."""
     for start_m in range(start, stop, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -86,6 +88,9 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
         s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if HAS_BIAS:
+            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
+                          seqlen_k, BIAS_BOOL)
         p = tl.math.exp2(s2 - lse2[:, None])
         if MASKED:
             keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
@@ -103,6 +108,11 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
         if HAS_DROPOUT:
             dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = p * (dp - Di[:, None])
+        if HAS_DBIAS:
+            # The bias is added to the final score, so its gradient is dS itself; each (row,
+            # key) pair of a head is visited exactly once here.
+            tl.store(dbias_base + offs_m[:, None] * stride_dbm + offs_n[None, :], ds,
+                     mask=(offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k))
         if HAS_SOFTCAP:
             ds = ds * (1.0 - t * t)
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
@@ -110,18 +120,22 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
                      stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                      stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                      stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
                      stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
                      seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
                      qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
+                     stride_bb, stride_bh, stride_bm, stride_bn, stride_dbb, stride_dbh,
+                     stride_dbm,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                      HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                      BOTTOM_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                     IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr):
+                     IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                     BIAS_BOOL: tl.constexpr, HAS_DBIAS: tl.constexpr,
+                     PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_nblocks = tl.cdiv(seqlen_k, BLOCK_N)
     bhkv = pid // n_nblocks
@@ -154,6 +168,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
         row_base = off_h * seqlen_q
         LSE_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start
         D_row = Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start
+        bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
+        dbias_base = DBIAS + off_b * stride_dbb + off_h * stride_dbh
         slope_log2 = 0.0
         if HAS_ALIBI:
             slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
@@ -161,20 +177,23 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
                              stride_dos, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
                              seqlen_q, seqlen_k, diag_off, window_left, window_right,
                              slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                             dropout_p, BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                             HAS_ALIBI, HAS_DROPOUT, PRECISION)
+                             dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                             BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                             HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, HAS_DBIAS, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
                              stride_dos, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
                              seqlen_q, seqlen_k, diag_off, window_left, window_right,
                              slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                             dropout_p, BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                             HAS_ALIBI, HAS_DROPOUT, PRECISION)
+                             dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                             BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                             HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, HAS_DBIAS, PRECISION)
         dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
                              stride_dos, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
                              seqlen_q, seqlen_k, diag_off, window_left, window_right,
                              slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                             dropout_p, BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                             HAS_ALIBI, HAS_DROPOUT, PRECISION)
+                             dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                             BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+                             HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, HAS_DBIAS, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
     cols = k_start + offs_n[:, None]
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + cols * stride_dks
@@ -189,10 +208,11 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES,
 def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, stop, offs_m,
               offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
               window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-              dropout_p,
+              dropout_p, bias_base, stride_bm, stride_bn,
               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
               HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-              HAS_DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+              HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+              PRECISION: tl.constexpr):
     """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -201,6 +221,9 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if HAS_BIAS:
+            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
+                          seqlen_k, BIAS_BOOL)
         p = tl.math.exp2(s2 - lse2[:, None])
         if MASKED:
             keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
@@ -219,18 +242,20 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
+def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                    stride_dqb, stride_dqs, stride_dqh,
                    stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
                    seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
                    qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
+                   stride_bb, stride_bh, stride_bm, stride_bn,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                    BOTTOM_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                   IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr):
+                   IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
@@ -260,6 +285,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
     v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
     row_base = off_h * seqlen_q
     rng_offset = rng_offset + off_b * rng_stride_b
+    bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
     dq = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
     a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
@@ -267,18 +293,21 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES,
     dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b, offs_m,
                    offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
                    window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                   dropout_p, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                   HAS_DROPOUT, PRECISION)
+                   dropout_p, bias_base, stride_bm, stride_bn, BLOCK_N, True, HAS_LEFT,
+                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                   PRECISION)
     dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c, offs_m,
                    offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
                    window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                   dropout_p, BLOCK_N, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                   HAS_DROPOUT, PRECISION)
+                   dropout_p, bias_base, stride_bm, stride_bn, BLOCK_N, False, HAS_LEFT,
+                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                   PRECISION)
     dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d, offs_m,
                    offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
                    window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                   dropout_p, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                   HAS_DROPOUT, PRECISION)
+                   dropout_p, bias_base, stride_bm, stride_bn, BLOCK_N, True, HAS_LEFT,
+                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                   PRECISION)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
@@ -292,7 +321,7 @@ def _configs(gpu_shapes):
 
 
 _KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
-        "IS_VARLEN", "PRECISION", "seq_bucket"]
+        "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "PRECISION", "seq_bucket"]
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
 _dkdv = triton.autotune(
     configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
@@ -307,11 +336,12 @@ _dq = triton.autotune(
 )(_bwd_dq_kernel)
 
 
-def backward(dout, q, k, v, out, lse, params):
+def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     """Launch the three backward kernels.
 
     Shapes as in :func:`flashtile.kernels.fwd.forward` (dense or varlen); ``dout`` like ``out``.
-    Returns ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype.
+    Returns ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype; with
+    ``need_bias_grad`` also ``dbias`` shaped and typed like ``params.attn_bias``.
     """
     varlen = params.cu_seqlens_q is not None
     if dout.stride(-1) != 1:
@@ -348,12 +378,35 @@ def backward(dout, q, k, v, out, lse, params):
     sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
              seq_bucket(seqlen_q, seqlen_k))
     slopes_arg = slopes if slopes is not None else lse
+    bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
+    bias_ptr = bias.pop("BIAS")
+    dbias = None
+    if need_bias_grad:
+        # Full (b, h, sq, sk) fp32, zero where no tile is visited; reduced to the mask's
+        # broadcast shape below. The mask itself is that large, so this adds no new order.
+        dbias = torch.zeros(batch, nheads, seqlen_q, seqlen_k, dtype=torch.float32,
+                            device=q.device)
+    dbias_arg = dbias if dbias is not None else lse
+    dbias_strides = dbias.stride()[:3] if dbias is not None else (0, 0, 0)
     _dkdv[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
-        q, k, v, dout, lse, dsum, dk4, dv4, slopes_arg,
+        q, k, v, dout, lse, dsum, dk4, dv4, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dk4, varlen), *strides(dv4, varlen), *sizes, **common)
+        *strides(dk4, varlen), *strides(dv4, varlen), *sizes, **common, **bias,
+        stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1], stride_dbm=dbias_strides[2],
+        HAS_DBIAS=need_bias_grad)
     _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
-        q, k, v, dout, lse, dsum, dq4, slopes_arg,
+        q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dq4, varlen), *sizes, **common)
+        *strides(dq4, varlen), *sizes, **common, **bias)
+    if need_bias_grad:
+        return dq, dk, dv, reduce_to_shape(dbias, params.attn_bias)
     return dq, dk, dv
+
+
+def reduce_to_shape(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Sum a full ``(b, h, sq, sk)`` gradient over the dims along which ``like`` broadcasts."""
+    full = like[(None,) * (4 - like.dim())]
+    dims = [i for i in range(4) if full.shape[i] == 1 and grad.shape[i] != 1]
+    if dims:
+        grad = grad.sum(dim=dims, keepdim=True)
+    return grad.reshape(like.shape).to(like.dtype)

@@ -32,7 +32,8 @@ LN2 = 0.6931471805599453
 # new sequence length or window recompiles all kernels. Strides stay specialised (alignment).
 NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "head_d", "head_dv", "seq_bucket",
                  "window_left", "window_right", "stride_slope_b", "seed", "rng_offset",
-                 "rng_stride_b", "stride_lse_b", "stride_lse_h"]
+                 "rng_stride_b", "stride_lse_b", "stride_lse_h", "stride_bb", "stride_bh",
+                 "stride_bm", "stride_bn"]
 
 
 def padded_headdim(d: int) -> int:
@@ -216,6 +217,33 @@ def dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k, dropout_p
     forward's mask instead of storing it."""
     counters = rng_offset + (row_base + offs_m[:, None]) * seqlen_k + offs_n[None, :]
     return tl.rand(seed, counters) >= dropout_p
+
+
+@triton.jit
+def add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q, seqlen_k,
+             BIAS_BOOL: tl.constexpr):
+    """SDPA's ``attn_mask`` on a log2-domain score tile: bool (True = keep) or additive float.
+    The mask tensor is read through broadcast strides (0 along broadcast dims), never copied."""
+    inside = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
+    ptrs = bias_base + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn
+    if BIAS_BOOL:
+        keep = tl.load(ptrs, mask=inside, other=0) != 0
+        s2 = tl.where(keep, s2, float("-inf"))
+    else:
+        s2 = s2 + tl.load(ptrs, mask=inside, other=0.0).to(tl.float32) * 1.4426950408889634
+    return s2
+
+
+def bias_args(params, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, fallback):
+    """The attention mask as a broadcast ``(b, h, sq, sk)`` view (strides 0 where it broadcasts)."""
+    bias = params.attn_bias
+    if bias is None:
+        return dict(BIAS=fallback, stride_bb=0, stride_bh=0, stride_bm=0, stride_bn=0,
+                    HAS_BIAS=False, BIAS_BOOL=False)
+    view = bias[(None,) * (4 - bias.dim())].expand(batch, nheads, seqlen_q, seqlen_k)
+    return dict(BIAS=view, stride_bb=view.stride(0), stride_bh=view.stride(1),
+                stride_bm=view.stride(2), stride_bn=view.stride(3), HAS_BIAS=True,
+                BIAS_BOOL=bias.dtype == torch.bool)
 
 
 @triton.jit

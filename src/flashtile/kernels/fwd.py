@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropout_args,
+from .common import (NO_SPECIALIZE, add_bias, alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args,
                      dropout_keep, env_block, interpreting, padded_headdim, prune_configs,
                      score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
                      varlen_args, window_args)
@@ -28,11 +28,11 @@ from .common import (NO_SPECIALIZE, alloc, band_mask, cdiv, dot_precision, dropo
 def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop,
                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                window_left, window_right, slope_log2, qk_scale, softcap_log2,
-               row_base, seed, rng_offset, dropout_p,
+               row_base, seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
                EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-               PRECISION: tl.constexpr):
+               HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the key tiles ``[start, stop)`` into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that."""
     for start_n in range(start, stop, BLOCK_N):
@@ -51,10 +51,14 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
         s2, _ = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if HAS_BIAS:
+            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
+                          seqlen_k, BIAS_BOOL)
         if MASKED:
             keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             s2 = tl.where(keep, s2, float("-inf"))
+        if MASKED or HAS_BIAS:
             m_new = tl.maximum(m_i, tl.max(s2, 1))
             # A row that has seen no visible key yet keeps m = -inf; shift by 0 so that
             # exp2(-inf - -inf) never produces NaN.
@@ -80,17 +84,19 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
+def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
                 stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv, seq_bucket,
                 CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right, qk_scale, softcap_log2,
                 seed, rng_offset, rng_stride_b, dropout_p,
+                stride_bb, stride_bh, stride_bm, stride_bn,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
                 HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-                IS_VARLEN: tl.constexpr, PRECISION: tl.constexpr):
+                IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
+                PRECISION: tl.constexpr):
     # One flat grid; the query block varies fastest so programs of one head run together
     # (K/V stay in L2), and the last (heaviest under causal) query block goes first. For varlen,
     # seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
@@ -119,6 +125,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
     if HAS_ALIBI:
         slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
 
+    bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
     row_base = off_h * seqlen_q                                         # dropout counters
     rng_offset = rng_offset + off_b * rng_stride_b
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
@@ -130,21 +137,24 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES,
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
                                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, row_base, seed, rng_offset, dropout_p, BLOCK_N, True,
+                               softcap_log2, row_base, seed, rng_offset, dropout_p, bias_base,
+                               stride_bm, stride_bn, BLOCK_N, True,
                                EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                               HAS_DROPOUT, PRECISION)
+                               HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, PRECISION)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, b, c,
                                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, row_base, seed, rng_offset, dropout_p, BLOCK_N, False,
+                               softcap_log2, row_base, seed, rng_offset, dropout_p, bias_base,
+                               stride_bm, stride_bn, BLOCK_N, False,
                                EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                               HAS_DROPOUT, PRECISION)
+                               HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, PRECISION)
     acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, c, d,
                                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, row_base, seed, rng_offset, dropout_p, BLOCK_N, True,
+                               softcap_log2, row_base, seed, rng_offset, dropout_p, bias_base,
+                               stride_bm, stride_bn, BLOCK_N, True,
                                EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                               HAS_DROPOUT, PRECISION)
+                               HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, PRECISION)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
@@ -175,7 +185,7 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "HAS_DROPOUT", "IS_VARLEN", "seq_bucket"],
+         "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "seq_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
@@ -211,13 +221,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     def grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
+    bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
     _fwd[grid](
-        q, k, v, out4, lse, slopes if slopes is not None else lse,
+        q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(out4, varlen),
         stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
         seq_bucket(seqlen_q, seqlen_k),
         **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
-        **window_args(params), **score_args(params), **dropout_args(params),
+        **window_args(params), **score_args(params), **dropout_args(params), **bias,
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PRECISION=dot_precision(q.dtype),
     )
