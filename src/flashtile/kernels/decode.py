@@ -40,8 +40,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LN2, LOG2E, alloc, autotune_enabled, band_mask, cdiv, dot_precision,
-                     interpreting, padded_headdim, score_args, scores_log2)
+from .common import (alloc, autotune_enabled, band_mask, cdiv, dot_precision, interpreting,
+                     padded_headdim, score_args, scores_log2)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
@@ -315,7 +315,9 @@ def _prune_decode_configs(configs, named_args, **kwargs):
 
 _decode = triton.autotune(
     configs=_decode_configs(),
-    key=["HEAD_D", "HEAD_DV", "BLOCK_M", "PAGED", "SPLIT", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP",
+    # PAGED is deliberately not part of the key: a paged and a contiguous cache then run the
+    # same tile size, which keeps their results bitwise equal.
+    key=["HEAD_D", "HEAD_DV", "BLOCK_M", "SPLIT", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP",
          "HAS_ALIBI", "PRECISION", "kv_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": _prune_decode_configs},

@@ -30,11 +30,11 @@ import triton.language as tl
 
 from .common import alloc, padded_headdim
 
-NO_SPECIALIZE = ["seqlen", "nheads", "head_d", "rotary_half", "stride_cos"]
+NO_SPECIALIZE = ["seqlen", "nheads", "head_d", "rotary_half", "stride_cos", "stride_sin"]
 
 
 @triton.jit
-def _rotate(x, x_row, offs_d, mask, COS, SIN, pos, stride_cos, rotary_half,
+def _rotate(x, x_row, offs_d, mask, COS, SIN, pos, stride_cos, stride_sin, rotary_half,
             INTERLEAVED: tl.constexpr):
     """Rotate the columns ``< 2 * rotary_half`` of the float32 tile ``x`` (its rows start at the
     pointers ``x_row``); see the module docstring for partner/angle/sign."""
@@ -51,7 +51,7 @@ def _rotate(x, x_row, offs_d, mask, COS, SIN, pos, stride_cos, rotary_half,
     x_partner = tl.load(x_row[:, None] + partner[None, :], mask=mask & in_rot[None, :],
                         other=0.0).to(tl.float32)
     cos = tl.load(COS + pos * stride_cos + freq, mask=in_rot, other=1.0).to(tl.float32)
-    sin = tl.load(SIN + pos * stride_cos + freq, mask=in_rot, other=0.0).to(tl.float32)
+    sin = tl.load(SIN + pos * stride_sin + freq, mask=in_rot, other=0.0).to(tl.float32)
     a = x * cos[None, :]
     b = x_partner * sin[None, :]
     return tl.where(in_rot[None, :], a + sign[None, :] * b, x)
@@ -60,7 +60,8 @@ def _rotate(x, x_row, offs_d, mask, COS, SIN, pos, stride_cos, rotary_half,
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
 def _rotary_kernel(X, OUT, COS, SIN, SEQLENS, BATCH_IDX, BLOCK_TABLE,
                    stride_xb, stride_xs, stride_xh, stride_ob, stride_os, stride_oh,
-                   stride_cos, stride_bt, seqlen, nheads, head_d, rotary_half, page_size,
+                   stride_cos, stride_sin, stride_bt, seqlen, nheads, head_d, rotary_half,
+                   page_size,
                    HAS_ROTARY: tl.constexpr, INTERLEAVED: tl.constexpr, POS_STEP: tl.constexpr,
                    TO_CACHE: tl.constexpr, PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
                    BLOCK_H: tl.constexpr, HEAD_D: tl.constexpr):
@@ -81,7 +82,7 @@ def _rotary_kernel(X, OUT, COS, SIN, SEQLENS, BATCH_IDX, BLOCK_TABLE,
         if POS_STEP:
             pos = filled + off_s
         x = _rotate(x, x_row, offs_d, mask, COS, SIN, pos.to(tl.int64), stride_cos,
-                    rotary_half, INTERLEAVED)
+                    stride_sin, rotary_half, INTERLEAVED)
 
     if TO_CACHE:
         slot = filled + off_s
@@ -116,7 +117,8 @@ def _launch(x, out, out_strides, call, *, rotary: bool, pos_step: bool, to_cache
     _rotary_kernel[grid](
         x, out, cos, sin, seqlens, batch_idx, table,
         *x.stride()[:3], *out_strides,
-        cos.stride(0) if rotary else 0, table.stride(0) if call.block_table is not None else 0,
+        cos.stride(0) if rotary else 0, sin.stride(0) if rotary else 0,
+        table.stride(0) if call.block_table is not None else 0,
         seqlen, nheads, head_d, call.rotary_dim // 2 if rotary else 0, max(call.page_size, 1),
         HAS_ROTARY=rotary, INTERLEAVED=call.rotary_interleaved, POS_STEP=pos_step,
         TO_CACHE=to_cache, PAGED=call.block_table is not None,

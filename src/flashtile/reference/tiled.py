@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..masks import BlockMask
 from ..params import AttentionParams
 from .dense import alibi_bias, visible_mask
 from .philox import dropout_keep
@@ -88,11 +89,18 @@ class _Layout:
         return x[:, start:end].to(self.dtype).transpose(1, 2)
 
 
+class _NotABlockMaskError(TypeError, NotImplementedError):
+    """``params.block_mask`` is not a :class:`flashtile.masks.BlockMask` (a ``TypeError``; also a
+    ``NotImplementedError`` for callers written before the block-sparse path existed)."""
+
+
 def _layout(q: torch.Tensor, k: torch.Tensor, params: AttentionParams,
             chunk_size: int) -> _Layout:
-    if params.block_mask is not None:
-        raise NotImplementedError(
-            "block_mask on the torch path arrives with block-sparse attention")
+    if params.block_mask is not None and not isinstance(params.block_mask, BlockMask):
+        raise _NotABlockMaskError(
+            f"params.block_mask must be a flashtile.masks.BlockMask for block-sparse attention, "
+            f"got {type(params.block_mask).__name__}; build it with "
+            "flashtile.masks.create_block_mask or BlockMask.from_layout")
     if not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
     batch, seqlen_q, nheads, _ = q.shape
@@ -100,6 +108,9 @@ def _layout(q: torch.Tensor, k: torch.Tensor, params: AttentionParams,
     if nheads % nheads_kv != 0:
         raise ValueError(f"nheads_q ({nheads}) must be a multiple of nheads_kv ({nheads_kv})")
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if params.block_mask is not None:
+        params.block_mask.check_compatible(batch, nheads, seqlen_q, seqlen_k, q.device,
+                                           where="params.block_mask")
     return _Layout(batch, seqlen_q, seqlen_k, nheads, nheads_kv, dtype)
 
 
@@ -246,9 +257,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: Attention
 
     Args:
         q: ``(b, sq, hq, d)``; k: ``(b, sk, hkv, d)``; v: ``(b, sk, hkv, dv)``; ``hq % hkv == 0``.
-        params: what to compute (every feature of :func:`attention_reference` except
-            ``block_mask``).
-        chunk_size: keys per chunk; any positive int (it need not divide ``sk``).
+        params: what to compute (every feature of :func:`attention_reference`). With a
+            ``block_mask`` only its listed key blocks are visited (see the block-sparse section).
+        chunk_size: keys per chunk; any positive int (it need not divide ``sk``). With a
+            ``block_mask``: keys gathered per step, rounded down to whole blocks (at least one).
 
     Returns:
         ``(out, lse)``: out ``(b, sq, hq, dv)`` in ``q.dtype`` (0 for rows that see no key);
@@ -256,6 +268,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params: Attention
         (float64 for float64 inputs).
     """
     lay = _layout(q, k, params, chunk_size)
+    if params.block_mask is not None:
+        return _sparse_forward(q, k, v, params, _sparse_plan(q, params, lay, chunk_size))
     qh = lay.to_rows(q)                                                   # (b, hkv, g*sq, d)
     m, l, acc = _online_softmax(qh, k, v, params, lay, chunk_size)
     # Normalise once at the end; rows with l = 0 have acc = 0 and stay 0.
@@ -303,6 +317,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         contribute nothing (their ``P`` is 0), so their ``dq`` is 0.
     """
     lay = _layout(q, k, params, chunk_size)
+    if params.block_mask is not None:
+        return _sparse_backward(dout, q, k, v, out, lse, params,
+                                _sparse_plan(q, params, lay, chunk_size))
     qh = lay.to_rows(q)                                                   # (b, hkv, g*sq, d)
     doh = lay.to_rows(dout)                                               # (b, hkv, g*sq, dv)
     delta = (doh * lay.to_rows(out)).sum(dim=-1)                          # D, (b, hkv, g*sq)
@@ -343,6 +360,353 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         dq += torch.matmul(ds, kc)
         dk[:, start:end] = torch.matmul(ds.transpose(-1, -2), qh).transpose(1, 2)
     return lay.from_rows(dq, q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# block-sparse path: params.block_mask
+#
+# A BlockMask lists, per (batch, head, query block), the key blocks to visit, split into full
+# blocks (no mask_mod evaluation) and partial blocks (mask_mod per element); empty blocks are
+# never loaded, so work scales with the block density. The forward and the dQ pass walk query
+# blocks over their listed key blocks (kv_num_blocks/kv_indices and the full_ pair); the dK/dV
+# pass walks key blocks over their listed query blocks (q_num_blocks/q_indices and the full_
+# pair), as the kernels do. Every step gathers ``step`` listed blocks of K/V (or Q/dO) at once.
+#
+# Compute heads: with a mask shared by the heads (its H is 1) the g query heads of one KV head
+# have the same lists, so they are stacked as ``g * n`` rows against one gathered K/V block
+# (``Hx = hkv`` compute heads, ``G = g`` query heads each, like the rows layout above). With a
+# per-head mask every query head gathers its own blocks (``Hx = hq``, ``G = 1``) and reads K/V
+# head ``h // g``; its dK/dV are summed over the group at the end. Either way the rows of
+# compute head ``x`` are query heads ``x * G .. x * G + G - 1``, so ``(b, Hx, G * n, .)`` and
+# the heads layout ``(b, hq, n, .)`` are views of each other.
+#
+# Positions: the listed blocks' element positions ``(B|1, H|1, n)``; the overhang of the last
+# block past the sequence and the padding entries past a row's count are clamped to a valid
+# position (so mods and gathers stay in range) and hidden by ``inside``.
+
+
+@dataclass(frozen=True)
+class _SparsePlan:
+    """How one call walks ``params.block_mask``."""
+
+    lay: _Layout
+    block_q: int
+    block_kv: int
+    n_q_blocks: int
+    n_kv_blocks: int
+    kv_step: int                  # key blocks gathered per step (forward, dQ pass)
+    q_step: int                   # query blocks gathered per step (dK/dV pass)
+    kv_heads: torch.Tensor        # (Hx,) KV head read by compute head x
+    q_heads: torch.Tensor         # (Hx, G) query head of member y of compute head x
+    batch_idx: torch.Tensor       # (b, 1, 1, 1) int64, as mods see b
+    head_idx: torch.Tensor        # (1, hq, 1, 1) int64, as mods see h
+
+    def q_range(self, i: int) -> tuple[int, int]:
+        start = i * self.block_q
+        return start, min(start + self.block_q, self.lay.seqlen_q)
+
+    def kv_range(self, j: int) -> tuple[int, int]:
+        start = j * self.block_kv
+        return start, min(start + self.block_kv, self.lay.seqlen_k)
+
+    def strip(self, x: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """Queries ``[start, end)`` of ``(b, sq, hq, e)`` as compute rows ``(b, Hx, G * n, e)``."""
+        b, hx = self.lay.batch, self.kv_heads.numel()
+        x = x[:, start:end].to(self.lay.dtype).permute(0, 2, 1, 3)         # (b, hq, n, e)
+        return x.reshape(b, hx, -1, x.shape[-1])
+
+    def unstrip(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute rows ``(b, Hx, G * n, e)`` -> ``(b, n, hq, e)``."""
+        b, hq = self.lay.batch, self.lay.nheads
+        return x.reshape(b, hq, -1, x.shape[-1]).permute(0, 2, 1, 3)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """Compute rows ``(b, Hx, G * n, m)`` viewed as heads ``(b, hq, n, m)``."""
+        return x.view(self.lay.batch, self.lay.nheads, -1, x.shape[-1])
+
+    def rows(self, x: torch.Tensor, n: int, m: int) -> torch.Tensor:
+        """Anything broadcastable to heads ``(b, hq, n, m)`` as compute rows ``(b, Hx, G*n, m)``."""
+        x = x.expand(self.lay.batch, self.lay.nheads, n, m)
+        return x.reshape(self.lay.batch, self.kv_heads.numel(), -1, m)
+
+    def gather_kv(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Keys/values at positions ``pos`` (B|1, H|1, n) of ``(b, sk, hkv, e)`` as
+        ``(b, Hx, n, e)`` in the compute dtype."""
+        b_idx = self.batch_idx.view(-1, 1, 1)
+        return x[b_idx, pos, self.kv_heads.view(1, -1, 1)].to(self.lay.dtype)
+
+    def gather_q(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Query rows at positions ``pos`` (B|1, H|1, n) of ``(b, sq, hq, e)`` as compute rows
+        ``(b, Hx, G * n, e)``; a ``(b, hq, sq)`` tensor gives ``(b, Hx, G * n)``."""
+        b_idx = self.batch_idx.view(-1, 1, 1, 1)
+        pos4, heads4 = pos[:, :, None, :], self.q_heads[None, :, :, None]  # (B, H, 1, n), (1, Hx, G, 1)
+        if x.dim() == 3:                                                  # (b, hq, sq)
+            return x[b_idx, heads4, pos4].to(self.lay.dtype).flatten(2)
+        return x[b_idx, pos4, heads4].to(self.lay.dtype).flatten(2, 3)
+
+
+def _sparse_plan(q: torch.Tensor, params: AttentionParams, lay: _Layout,
+                 chunk_size: int) -> _SparsePlan:
+    bm = params.block_mask
+    block_q, block_kv = bm.BLOCK_SIZE
+    dev = q.device
+    group = lay.group
+    if bm.shape[1] > 1 and group > 1:            # per-head lists: one compute head per query head
+        kv_heads = torch.arange(lay.nheads, device=dev) // group
+        q_heads = torch.arange(lay.nheads, device=dev).view(lay.nheads, 1)
+    else:                                        # shared lists: stack the group's query heads
+        kv_heads = torch.arange(lay.nheads_kv, device=dev)
+        q_heads = torch.arange(lay.nheads, device=dev).view(lay.nheads_kv, group)
+    n_q_blocks, n_kv_blocks = bm.num_blocks
+    return _SparsePlan(lay, block_q, block_kv, n_q_blocks, n_kv_blocks,
+                       max(1, chunk_size // block_kv), max(1, chunk_size // block_q),
+                       kv_heads, q_heads,
+                       torch.arange(lay.batch, device=dev).view(-1, 1, 1, 1),
+                       torch.arange(lay.nheads, device=dev).view(1, -1, 1, 1))
+
+
+def _listed_positions(counts: torch.Tensor, indices: torch.Tensor, first: int, stop: int,
+                      block: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Element positions of listed blocks ``first .. stop - 1`` of one block row.
+
+    Args:
+        counts: ``(B|1, H|1)`` listed blocks; indices: ``(B|1, H|1, width)`` block indices.
+            Entries past a (batch, head)'s count (``stop`` is the largest count) are padding.
+
+    Returns:
+        ``(pos, inside)``, both ``(B|1, H|1, s * block)``: int64 positions clamped to
+        ``[0, length)``, and True where the block is listed and the position is in the sequence.
+    """
+    blocks = indices[..., first:stop].long()                                  # (B, H, s)
+    s = blocks.shape[-1]
+    listed = first + torch.arange(s, device=blocks.device) < counts[..., None]  # (B, H, s)
+    pos = blocks[..., None] * block + torch.arange(block, device=blocks.device)  # (B, H, s, block)
+    inside = (pos < length) & listed[..., None]
+    return pos.clamp_(max=length - 1).flatten(-2), inside.flatten(-2)
+
+
+def _indexed_scores(raw: torch.Tensor, params: AttentionParams, plan: _SparsePlan,
+                    q_idx: torch.Tensor, kv_idx: torch.Tensor,
+                    partial: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_chunk_scores` for arbitrary broadcasting positions.
+
+    Args:
+        raw: heads layout ``(b, hq, n, m)``, ``softmax_scale * Q K^T``.
+        q_idx, kv_idx: int64 absolute positions broadcastable to ``raw`` (e.g. ``(n, 1)`` and
+            ``(B|1, H|1, 1, m)``).
+        partial: evaluate ``mask_mod`` (partial blocks); full blocks skip it.
+
+    Returns:
+        ``(scores, keep)`` as in :func:`_chunk_scores`.
+    """
+    lay = plan.lay
+    b_idx, h_idx = plan.batch_idx, plan.head_idx
+    scores = raw
+    if params.softcap > 0:
+        scores = params.softcap * torch.tanh(scores / params.softcap)
+    if params.alibi_slopes is not None:
+        slopes = params.alibi_slopes.to(device=raw.device, dtype=lay.dtype)
+        slopes = slopes.reshape(-1 if slopes.dim() == 2 else 1, lay.nheads)[:, :, None, None]
+        dist = (q_idx + lay.seqlen_k - lay.seqlen_q - kv_idx).abs()
+        scores = scores - slopes * dist.to(lay.dtype)
+    if params.score_mod is not None:
+        scores = params.score_mod(scores, b_idx, h_idx, q_idx, kv_idx).to(lay.dtype)
+    keep = visible_mask(q_idx, kv_idx, lay.seqlen_q, lay.seqlen_k, params)
+    if partial and params.mask_mod is not None:
+        keep = keep & params.mask_mod(b_idx, h_idx, q_idx, kv_idx).bool()
+    if params.attn_bias is not None:
+        bias = params.attn_bias
+        bias = bias[(None,) * (4 - bias.dim())].expand(lay.batch, lay.nheads, lay.seqlen_q,
+                                                       lay.seqlen_k)
+        bias = bias[b_idx, h_idx, q_idx, kv_idx]
+        if bias.dtype == torch.bool:
+            keep = keep & bias
+        else:
+            scores = scores + bias.to(lay.dtype)
+    return scores, keep
+
+
+def _block_lists(bm: BlockMask, transposed: bool, row: int):
+    """``(counts (B, H), indices (B, H, width), partial)`` for the full then the partial list
+    of block row ``row`` (a query block, or a key block when ``transposed``)."""
+    if transposed:
+        pairs = ((bm.full_q_num_blocks, bm.full_q_indices, False),
+                 (bm.q_num_blocks, bm.q_indices, True))
+    else:
+        pairs = ((bm.full_kv_num_blocks, bm.full_kv_indices, False),
+                 (bm.kv_num_blocks, bm.kv_indices, True))
+    for counts, indices, partial in pairs:
+        yield counts[:, :, row].long(), indices[:, :, row], partial
+
+
+def _query_block_steps(plan: _SparsePlan, params: AttentionParams, qs: torch.Tensor,
+                       k: torch.Tensor, v: torch.Tensor | None, i: int, need_grad: bool = False):
+    """The steps of query block ``i`` over its listed key blocks.
+
+    Args:
+        qs: the block's queries as compute rows ``(b, Hx, G * n, d)``.
+        need_grad: build ``scores`` from ``raw`` with autograd on (backward with a score_mod).
+
+    Yields:
+        ``(kc, vc, raw, scores, keep, kv_idx)``: gathered keys/values ``(b, Hx, m, .)`` (``vc``
+        None without ``v``), raw/scores in heads layout ``(b, hq, n, m)``, keep broadcastable to
+        it, and the key positions ``(B|1, H|1, 1, m)``.
+    """
+    lay = plan.lay
+    start, end = plan.q_range(i)
+    q_idx = torch.arange(start, end, device=qs.device)[:, None]                # (n, 1)
+    for counts, indices, partial in _block_lists(params.block_mask, False, i):
+        most = int(counts.max())
+        for first in range(0, most, plan.kv_step):
+            pos, inside = _listed_positions(counts, indices, first,
+                                            min(first + plan.kv_step, most), plan.block_kv,
+                                            lay.seqlen_k)                      # (B, H, m)
+            kc = plan.gather_kv(k, pos)                                        # (b, Hx, m, d)
+            vc = None if v is None else plan.gather_kv(v, pos)                 # (b, Hx, m, dv)
+            raw = plan.heads(torch.matmul(qs, kc.transpose(-1, -2))) * params.softmax_scale
+            kv_idx = pos[:, :, None, :]                                        # (B, H, 1, m)
+            with torch.enable_grad():
+                raw.requires_grad_(need_grad and params.score_mod is not None)
+                scores, keep = _indexed_scores(raw, params, plan, q_idx, kv_idx, partial)
+            yield kc, vc, raw, scores, keep & inside[:, :, None, :], kv_idx
+
+
+def _sparse_softmax(plan: _SparsePlan, params: AttentionParams, qs: torch.Tensor,
+                    k: torch.Tensor, v: torch.Tensor | None, i: int):
+    """Online softmax of query block ``i`` over its listed key blocks: ``(m, l, acc)`` in
+    compute rows (``acc`` None without ``v``), as :func:`_online_softmax`."""
+    lay = plan.lay
+    rows = qs.shape[:-1]
+    n = rows[-1] // plan.q_heads.shape[1]
+    m = torch.full(rows, _NEG_INF, dtype=lay.dtype, device=qs.device)
+    l = torch.zeros(rows, dtype=lay.dtype, device=qs.device)
+    acc = None if v is None else qs.new_zeros(*rows, v.shape[-1])
+    q_idx = torch.arange(*plan.q_range(i), device=qs.device)[:, None]
+    for _, vc, _, scores, keep, kv_idx in _query_block_steps(plan, params, qs, k, v, i):
+        width = kv_idx.shape[-1]
+        s = plan.rows(scores.detach().masked_fill(~keep, _NEG_INF), n, width)   # (b, Hx, G*n, m)
+        m_new = torch.maximum(m, s.amax(dim=-1))
+        m_safe = torch.where(m_new == _NEG_INF, torch.zeros_like(m_new), m_new)
+        p = torch.exp(s - m_safe[..., None])
+        alpha = torch.exp(m - m_safe)
+        l = l * alpha + p.sum(dim=-1)
+        if v is not None:
+            if params.dropout_p > 0:
+                p = p * plan.rows(_indexed_dropout(params, plan, q_idx, kv_idx), n, width)
+            acc = acc * alpha[..., None] + torch.matmul(p, vc)
+        m = m_new
+    return m, l, acc
+
+
+def _indexed_dropout(params: AttentionParams, plan: _SparsePlan, q_idx: torch.Tensor,
+                     kv_idx: torch.Tensor) -> torch.Tensor:
+    """``Z = keep / (1 - p)`` at broadcasting positions, heads layout."""
+    lay = plan.lay
+    keep = dropout_keep(params, plan.batch_idx, plan.head_idx, q_idx, kv_idx, lay.nheads,
+                        lay.seqlen_q, lay.seqlen_k)
+    return keep.to(lay.dtype) * (1.0 / (1.0 - params.dropout_p))
+
+
+def _sparse_forward(q, k, v, params: AttentionParams, plan: _SparsePlan):
+    """:func:`forward` over the listed blocks of ``params.block_mask``."""
+    lay = plan.lay
+    out = torch.empty(lay.batch, lay.seqlen_q, lay.nheads, v.shape[-1], dtype=q.dtype,
+                      device=q.device)
+    lse = torch.empty(lay.batch, lay.nheads, lay.seqlen_q, dtype=torch.float32, device=q.device)
+    for i in range(plan.n_q_blocks):
+        start, end = plan.q_range(i)
+        qs = plan.strip(q, start, end)                                        # (b, Hx, G*n, d)
+        m, l, acc = _sparse_softmax(plan, params, qs, k, v, i)
+        acc = acc / torch.where(l > 0, l, torch.ones_like(l))[..., None]
+        out[:, start:end] = plan.unstrip(acc).to(q.dtype)
+        lse[:, :, start:end] = _lse(m, l).reshape(lay.batch, lay.nheads, end - start)
+    return out, lse
+
+
+def _sparse_backward(dout, q, k, v, out, lse, params: AttentionParams, plan: _SparsePlan):
+    """:func:`backward` over the listed blocks: a dQ pass over query blocks, then a dK/dV pass
+    over key blocks (the transposed lists), so every gradient is written once, in order."""
+    lay = plan.lay
+    bm = params.block_mask
+    delta = (dout.to(lay.dtype) * out.to(lay.dtype)).sum(dim=-1).transpose(1, 2)  # D, (b, hq, sq)
+    if lay.dtype == torch.float64:
+        # As in backward(): recover the exact lse with a statistics-only pass.
+        lse = torch.empty(lay.batch, lay.nheads, lay.seqlen_q, dtype=lay.dtype, device=q.device)
+        for i in range(plan.n_q_blocks):
+            start, end = plan.q_range(i)
+            m, l, _ = _sparse_softmax(plan, params, plan.strip(q, start, end), k, None, i)
+            lse[:, :, start:end] = _lse(m, l).reshape(lay.batch, lay.nheads, end - start)
+    lse = lse.to(lay.dtype)
+    lse = torch.where(lse == _NEG_INF, torch.zeros_like(lse), lse)           # P = exp(-inf) = 0
+
+    # dQ: query blocks over their listed key blocks.
+    dq = torch.zeros(q.shape, dtype=lay.dtype, device=q.device)               # (b, sq, hq, d)
+    for i in range(plan.n_q_blocks):
+        start, end = plan.q_range(i)
+        n = end - start
+        qs, dos = plan.strip(q, start, end), plan.strip(dout, start, end)     # (b, Hx, G*n, .)
+        lse_rows = lse[:, :, start:end].reshape(*qs.shape[:-1])
+        delta_rows = delta[:, :, start:end].reshape(*qs.shape[:-1])
+        q_idx = torch.arange(start, end, device=q.device)[:, None]
+        dqs = qs.new_zeros(qs.shape)
+        for kc, vc, raw, scores, keep, kv_idx in _query_block_steps(plan, params, qs, k, v, i,
+                                                                    need_grad=True):
+            width = kv_idx.shape[-1]
+            s = plan.rows(scores.detach().masked_fill(~keep, _NEG_INF), n, width)
+            p = torch.exp(s - lse_rows[..., None])                            # P
+            dp = torch.matmul(dos, vc.transpose(-1, -2))                      # dP = dO V^T
+            if params.dropout_p > 0:
+                dp = dp * plan.rows(_indexed_dropout(params, plan, q_idx, kv_idx), n, width)
+            ds = p * (dp - delta_rows[..., None])                             # dS
+            ds = _chain_to_raw(plan.heads(ds), raw, scores, keep, params)
+            ds = plan.rows(ds, n, width) * params.softmax_scale
+            dqs += torch.matmul(ds, kc)
+        dq[:, start:end] = plan.unstrip(dqs)
+
+    # dK, dV: key blocks over their listed query blocks.
+    dk = torch.zeros(k.shape, dtype=lay.dtype, device=k.device)               # (b, sk, hkv, d)
+    dv = torch.zeros(v.shape, dtype=lay.dtype, device=v.device)               # (b, sk, hkv, dv)
+    hx = plan.kv_heads.numel()
+    for j in range(plan.n_kv_blocks):
+        start, end = plan.kv_range(j)
+        width = end - start
+        kb = k[:, start:end, plan.kv_heads].to(lay.dtype).transpose(1, 2)     # (b, Hx, w, d)
+        vb = v[:, start:end, plan.kv_heads].to(lay.dtype).transpose(1, 2)     # (b, Hx, w, dv)
+        kv_idx = torch.arange(start, end, device=k.device)[None, :]           # (1, w)
+        dkb, dvb = kb.new_zeros(kb.shape), vb.new_zeros(vb.shape)
+        for counts, indices, partial in _block_lists(bm, True, j):
+            most = int(counts.max())
+            for first in range(0, most, plan.q_step):
+                pos, inside = _listed_positions(counts, indices, first,
+                                                min(first + plan.q_step, most), plan.block_q,
+                                                lay.seqlen_q)                 # (B, H, n)
+                n = pos.shape[-1]
+                qg, dog = plan.gather_q(q, pos), plan.gather_q(dout, pos)     # (b, Hx, G*n, .)
+                lse_g, delta_g = plan.gather_q(lse, pos), plan.gather_q(delta, pos)
+                q_idx = pos[:, :, :, None]                                    # (B, H, n, 1)
+                raw = plan.heads(torch.matmul(qg, kb.transpose(-1, -2))) * params.softmax_scale
+                with torch.enable_grad():
+                    raw.requires_grad_(params.score_mod is not None)
+                    scores, keep = _indexed_scores(raw, params, plan, q_idx, kv_idx, partial)
+                keep = keep & inside[:, :, :, None]
+                s = plan.rows(scores.detach().masked_fill(~keep, _NEG_INF), n, width)
+                p = torch.exp(s - lse_g[..., None])                           # P, (b, Hx, G*n, w)
+                dp = torch.matmul(dog, vb.transpose(-1, -2))
+                p_dropped = p
+                if params.dropout_p > 0:
+                    z = plan.rows(_indexed_dropout(params, plan, q_idx, kv_idx), n, width)
+                    p_dropped, dp = p * z, dp * z
+                dvb += torch.matmul(p_dropped.transpose(-1, -2), dog)
+                ds = p * (dp - delta_g[..., None])
+                ds = _chain_to_raw(plan.heads(ds), raw, scores, keep, params)
+                ds = plan.rows(ds, n, width) * params.softmax_scale
+                dkb += torch.matmul(ds.transpose(-1, -2), qg)
+        if hx != lay.nheads_kv:                   # per-head lists: sum each KV head's group
+            dkb = dkb.view(lay.batch, lay.nheads_kv, lay.group, width, -1).sum(dim=2)
+            dvb = dvb.view(lay.batch, lay.nheads_kv, lay.group, width, -1).sum(dim=2)
+        dk[:, start:end] = dkb.transpose(1, 2)
+        dv[:, start:end] = dvb.transpose(1, 2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 __all__ = ["backward", "forward", "key_chunks"]
