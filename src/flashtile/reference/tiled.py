@@ -14,7 +14,9 @@ Notation:
   matmul against a ``(b, hkv, n, d)`` key chunk serves the whole group without expanding K/V.
   The same memory viewed as ``(b, hq, sq, .)`` ("heads" layout) is what masks and mods see.
 - chunk: keys ``[start, end)``, ``n = end - start <= chunk_size``. Only chunks the causal/window
-  band lets some query see are visited (:func:`key_chunks`).
+  band lets some query see are visited (:func:`key_chunks`). With ``params.block_mask`` the walk
+  follows the mask's block lists instead (query block by query block over the listed key
+  blocks; see the block-sparse section at the end).
 - ``s``: one chunk's scores after scale, softcap, ALiBi, ``score_mod`` and the float bias,
   ``-inf`` where the band, ``mask_mod`` or the bool bias hide the key.
 - ``m``, ``l``: running row max and running row sum of ``exp(s - m)``; ``acc``: the unnormalised
@@ -439,7 +441,8 @@ class _SparsePlan:
         """Query rows at positions ``pos`` (B|1, H|1, n) of ``(b, sq, hq, e)`` as compute rows
         ``(b, Hx, G * n, e)``; a ``(b, hq, sq)`` tensor gives ``(b, Hx, G * n)``."""
         b_idx = self.batch_idx.view(-1, 1, 1, 1)
-        pos4, heads4 = pos[:, :, None, :], self.q_heads[None, :, :, None]  # (B, H, 1, n), (1, Hx, G, 1)
+        pos4 = pos[:, :, None, :]                                         # (B, H, 1, n)
+        heads4 = self.q_heads[None, :, :, None]                           # (1, Hx, G, 1)
         if x.dim() == 3:                                                  # (b, hq, sq)
             return x[b_idx, heads4, pos4].to(self.lay.dtype).flatten(2)
         return x[b_idx, pos4, heads4].to(self.lay.dtype).flatten(2, 3)
