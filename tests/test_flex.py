@@ -323,12 +323,14 @@ def test_pick_backend_falls_back_to_torch_once(monkeypatch):
     monkeypatch.setattr(flex_module, "_warned_fallback", False)
     plain = AttentionParams(softmax_scale=1.0)
     assert _pick_backend(plain, torch.device("cpu")) == "triton"
-    modded = plain.with_(score_mod=masks.softcap(2.0))
-    with pytest.warns(RuntimeWarning, match="torch path"):
-        assert _pick_backend(modded, torch.device("cpu")) == "torch"
+    # Compilable mods and 16-multiple blocks run on the kernels ...
+    assert _pick_backend(plain.with_(score_mod=masks.softcap(2.0)), torch.device("cpu")) == "triton"
+    # ... blocks the kernel tiles would straddle fall back, with one warning saying why.
+    bm = create_block_mask(causal_mask, None, None, 8, 8, device="cpu", BLOCK_SIZE=4)
+    with pytest.warns(RuntimeWarning, match="multiple of 16"):
+        assert _pick_backend(plain.with_(block_mask=bm), torch.device("cpu")) == "torch"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        bm = create_block_mask(causal_mask, None, None, 8, 8, device="cpu", BLOCK_SIZE=4)
         assert _pick_backend(plain.with_(block_mask=bm), torch.device("cpu")) == "torch"
 
 

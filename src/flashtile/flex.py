@@ -102,22 +102,38 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
 
 
 def _pick_backend(params: AttentionParams, device: torch.device) -> str:
-    """The backend for this call: :func:`flashtile.backend.resolve`, except that the Triton
-    kernels do not run ``score_mod`` / ``mask_mod`` / ``block_mask`` yet, so such calls fall
-    back to the torch path with a one-time warning. (Remove the fallback once the kernels
-    take them.)"""
+    """The backend for this call: :func:`flashtile.backend.resolve`, except that a call the
+    Triton kernels cannot run goes to the torch path with a one-time warning saying why:
+    a score_mod/mask_mod the code generator does not support, captured tensors that need a
+    gradient, or BlockMask blocks that are not multiples of 16 (kernel tiles must not straddle
+    them)."""
     global _warned_fallback
     backend = resolve(device)
-    uses_mods = (params.score_mod is not None or params.mask_mod is not None
-                 or params.block_mask is not None)
-    if backend == "triton" and uses_mods:
-        if not _warned_fallback:
-            warnings.warn("flex_attention: the Triton kernels do not run score_mod/mask_mod/"
-                          "block_mask yet; these calls use the (much slower) torch path",
-                          RuntimeWarning, stacklevel=3)
-            _warned_fallback = True
-        return "torch"
-    return backend
+    if backend != "triton":
+        return backend
+    reason = _kernel_limitation(params)
+    if reason is None:
+        return backend
+    if not _warned_fallback:
+        warnings.warn(f"flex_attention runs on the (much slower) torch path: {reason}",
+                      RuntimeWarning, stacklevel=3)
+        _warned_fallback = True
+    return "torch"
+
+
+def _kernel_limitation(params: AttentionParams) -> str | None:
+    """Why the kernels cannot run this call, or None."""
+    from .codegen import UnsupportedModError, compile_mask_mod, compile_score_mod
+    try:
+        compiled = [compile_score_mod(params.score_mod), compile_mask_mod(params.mask_mod)]
+    except UnsupportedModError as error:
+        return str(error)
+    if any(c.buffers_require_grad for c in compiled):
+        return "a tensor captured by score_mod requires grad (the kernels give it no gradient)"
+    bm = params.block_mask
+    if bm is not None and any(size % 16 for size in bm.BLOCK_SIZE):
+        return f"BLOCK_SIZE {bm.BLOCK_SIZE} is not a multiple of 16"
+    return None
 
 
 def _check_score_mod(score_mod, query: torch.Tensor) -> None:

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (NO_SPECIALIZE, add_bias, alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args,
+from .common import (NO_SPECIALIZE, alloc, bias_args, bwd_probs, chain_ds, mod_grad_args,
+                     sparse_args, cdiv, dot_precision, dropout_args,
                      dropout_keep, interpreting, padded_headdim, prune_configs, row_ranges,
                      score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
                      varlen_args, window_args)
@@ -74,11 +75,12 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
                 start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                 diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
                 row_base, seed, rng_offset, dropout_p, bias_base, dbias_base, stride_bm,
-                stride_bn, stride_dbm,
+                stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
                 HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
                 HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-                HAS_DBIAS: tl.constexpr, PRECISION: tl.constexpr):
+                HAS_DBIAS: tl.constexpr, SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
+                MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head."""
     for start_m in range(start, stop, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -86,16 +88,11 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
         do = _load_rows(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv)
         lse2, Di = _row_stats(LSE_row, D_row, offs_m, seqlen_q)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
-                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
-        if HAS_BIAS:
-            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
-                          seqlen_k, BIAS_BOOL)
-        p = tl.math.exp2(s2 - lse2[:, None])
-        if MASKED:
-            keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
-                             HAS_LEFT, HAS_RIGHT)
-            p = tl.where(keep, p, 0.0)
+        p, t, g = bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_left,
+                            window_right, slope_log2, qk_scale, softcap_log2, bias_base,
+                            stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, MASKED,
+                            HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, BIAS_BOOL,
+                            SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
         p_used = p
         if HAS_DROPOUT:
             # Regenerate the forward's mask; O = (P * Z / (1 - p)) V, so dV uses the dropped P
@@ -113,8 +110,7 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride
             # key) pair of a head is visited exactly once here.
             tl.store(dbias_base + offs_m[:, None] * stride_dbm + offs_n[None, :], ds,
                      mask=(offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k))
-        if HAS_SOFTCAP:
-            ds = ds * (1.0 - t * t)
+        ds = chain_ds(ds, t, g, HAS_SCORE_MOD, HAS_SOFTCAP)
         dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
     return dk, dv
 
@@ -128,14 +124,20 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
                      seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
                      qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
                      stride_bb, stride_bh, stride_bm, stride_bn, stride_dbb, stride_dbh,
-                     stride_dbm,
+                     stride_dbm, sm_args, mm_args, KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX,
+                     mask_b, mask_h, mask_nq, mask_nkv,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                      HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                      BOTTOM_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                      HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                      IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
                      BIAS_BOOL: tl.constexpr, HAS_DBIAS: tl.constexpr,
+                     SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
+                     MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr,
+                     MASK_BQ: tl.constexpr, MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr,
                      PRECISION: tl.constexpr):
+    # Sparse mode reads the BlockMask's transposed lists: for this key block, the query blocks
+    # that see it (KV_NUM/KV_IDX hold q_num_blocks/q_indices here; rows = key blocks).
     pid = tl.program_id(0)
     n_nblocks = tl.cdiv(seqlen_k, BLOCK_N)
     bhkv = pid // n_nblocks
@@ -161,8 +163,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
     col_hi = tl.minimum(start_n + BLOCK_N, seqlen_k) - 1
     a, b, c, d = row_ranges(start_n, col_hi, seqlen_q, diag_off, window_left, window_right,
                             BLOCK_M, HAS_LEFT, HAS_RIGHT)
-    for g in range(0, group):
-        off_h = off_hkv * group + g
+    for gi in range(0, group):
+        off_h = off_hkv * group + gi
         q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
         do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos
         row_base = off_h * seqlen_q
@@ -173,27 +175,53 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
         slope_log2 = 0.0
         if HAS_ALIBI:
             slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                             stride_dos, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
-                             seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                             slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                             dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                             BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                             HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, HAS_DBIAS, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                             stride_dos, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
-                             seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                             slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                             dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                             BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                             HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, HAS_DBIAS, PRECISION)
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                             stride_dos, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
-                             seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                             slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                             dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                             BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                             HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, HAS_DBIAS, PRECISION)
+        if SPARSE:
+            row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_n // MASK_BKV
+            for i in range(0, tl.load(KV_NUM + row)):
+                lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BQ
+                dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                                     stride_dos, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
+                                     seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                                     slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                                     dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                                     off_b, off_h, sm_args, mm_args, BLOCK_M, True, HAS_LEFT,
+                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                                     HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
+            for i in range(0, tl.load(FULL_KV_NUM + row)):
+                lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BQ
+                dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                                     stride_dos, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
+                                     seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                                     slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                                     dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                                     off_b, off_h, sm_args, mm_args, BLOCK_M, False, HAS_LEFT,
+                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                                     HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False, PRECISION)
+        else:
+            dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                                 stride_dos, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
+                                 seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                                 slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                                 dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                                 off_b, off_h, sm_args, mm_args, BLOCK_M, True, HAS_LEFT,
+                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                                 HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
+            dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                                 stride_dos, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
+                                 seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                                 slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                                 dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                                 off_b, off_h, sm_args, mm_args, BLOCK_M, False, HAS_LEFT,
+                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                                 HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
+            dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
+                                 stride_dos, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
+                                 seqlen_q, seqlen_k, diag_off, window_left, window_right,
+                                 slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
+                                 dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
+                                 off_b, off_h, sm_args, mm_args, BLOCK_M, True, HAS_LEFT,
+                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                                 HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
     cols = k_start + offs_n[:, None]
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + cols * stride_dks
@@ -208,35 +236,29 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
 def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, stop, offs_m,
               offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
               window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-              dropout_p, bias_base, stride_bm, stride_bn,
+              dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h, sm_args, mm_args,
               BLOCK_N: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
               HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
               HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-              PRECISION: tl.constexpr):
+              SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
+              USE_MASK_MOD: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_rows(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d)
         v = _load_rows(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
-                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
-        if HAS_BIAS:
-            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
-                          seqlen_k, BIAS_BOOL)
-        p = tl.math.exp2(s2 - lse2[:, None])
-        if MASKED:
-            keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
-                             HAS_LEFT, HAS_RIGHT)
-            p = tl.where(keep, p, 0.0)
+        p, t, g = bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_left,
+                            window_right, slope_log2, qk_scale, softcap_log2, bias_base,
+                            stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, MASKED,
+                            HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, BIAS_BOOL,
+                            SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if HAS_DROPOUT:
             keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
                                   dropout_p)
             dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
-        ds = p * (dp - Di[:, None])
-        if HAS_SOFTCAP:
-            ds = ds * (1.0 - t * t)
+        ds = chain_ds(p * (dp - Di[:, None]), t, g, HAS_SCORE_MOD, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
     return dq
 
@@ -249,13 +271,17 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
                    seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
                    qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
-                   stride_bb, stride_bh, stride_bm, stride_bn,
+                   stride_bb, stride_bh, stride_bm, stride_bn, sm_args, mm_args,
+                   KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX, mask_b, mask_h, mask_nq, mask_nkv,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                    BOTTOM_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                    IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr):
+                   BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
+                   HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
+                   HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
+                   MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
@@ -288,26 +314,50 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
     bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
     dq = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
-    a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
-                             BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b, offs_m,
-                   offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-                   window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                   dropout_p, bias_base, stride_bm, stride_bn, BLOCK_N, True, HAS_LEFT,
-                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                   PRECISION)
-    dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c, offs_m,
-                   offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-                   window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                   dropout_p, bias_base, stride_bm, stride_bn, BLOCK_N, False, HAS_LEFT,
-                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                   PRECISION)
-    dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d, offs_m,
-                   offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
-                   window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                   dropout_p, bias_base, stride_bm, stride_bn, BLOCK_N, True, HAS_LEFT,
-                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                   PRECISION)
+    if SPARSE:
+        row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_m // MASK_BQ
+        for i in range(0, tl.load(KV_NUM + row)):
+            lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BKV
+            dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
+                           offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                           window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                           seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                           sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                           HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                           MASK_MOD, HAS_MASK_MOD, PRECISION)
+        for i in range(0, tl.load(FULL_KV_NUM + row)):
+            lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BKV
+            dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
+                           offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                           window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                           seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                           sm_args, mm_args, BLOCK_N, FULL_BOUND, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                           HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                           MASK_MOD, False, PRECISION)
+    else:
+        a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
+                                 BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b,
+                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                       window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                       seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                       sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                       HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                       MASK_MOD, HAS_MASK_MOD, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c,
+                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                       window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                       seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                       sm_args, mm_args, BLOCK_N, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                       HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                       MASK_MOD, HAS_MASK_MOD, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d,
+                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                       window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                       seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                       sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                       HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                       MASK_MOD, HAS_MASK_MOD, PRECISION)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
@@ -321,7 +371,8 @@ def _configs(gpu_shapes):
 
 
 _KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
-        "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "PRECISION", "seq_bucket"]
+        "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ",
+        "MASK_BKV", "PRECISION", "seq_bucket"]
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
 _dkdv = triton.autotune(
     configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
@@ -373,7 +424,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
     common = dict(
         **lay, **window_args(params), **score_args(params), **dropout_args(params),
-        sm_scale=params.softmax_scale, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV,
+        **mod_grad_args(params, q.device), sm_scale=params.softmax_scale, HEAD_D=HEAD_D,
+        HEAD_DV=HEAD_DV,
         PRECISION=dot_precision(q.dtype))
     sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
              seq_bucket(seqlen_q, seqlen_k))
@@ -392,12 +444,13 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         q, k, v, dout, lse, dsum, dk4, dv4, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
         *strides(dk4, varlen), *strides(dv4, varlen), *sizes, **common, **bias,
+        **sparse_args(params, seqlen_q, lse, "q"),
         stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1], stride_dbm=dbias_strides[2],
         HAS_DBIAS=need_bias_grad)
     _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
         q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dq4, varlen), *sizes, **common, **bias)
+        *strides(dq4, varlen), *sizes, **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"))
     if need_bias_grad:
         return dq, dk, dv, reduce_to_shape(dbias, params.attn_bias)
     return dq, dk, dv

@@ -33,7 +33,7 @@ LN2 = 0.6931471805599453
 NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "head_d", "head_dv", "seq_bucket",
                  "window_left", "window_right", "stride_slope_b", "seed", "rng_offset",
                  "rng_stride_b", "stride_lse_b", "stride_lse_h", "stride_bb", "stride_bh",
-                 "stride_bm", "stride_bn"]
+                 "stride_bm", "stride_bn", "mask_b", "mask_h", "mask_nq", "mask_nkv"]
 
 
 def padded_headdim(d: int) -> int:
@@ -69,6 +69,12 @@ def prune_configs(configs, named_args, **kwargs):
     keep = [c for c in configs
             if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
     keep = keep or configs[-1:]
+    if kwargs.get("SPARSE"):
+        # Kernel tiles must not straddle BlockMask blocks.
+        bq, bkv = kwargs["MASK_BQ"], kwargs["MASK_BKV"]
+        fit = [c for c in keep if bq % c.kwargs["BLOCK_M"] == 0 and bkv % c.kwargs["BLOCK_N"] == 0]
+        keep = fit or [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16},
+                                     num_warps=4, num_stages=2)]
     return keep if autotune_enabled() else keep[:1]
 
 
@@ -244,6 +250,90 @@ def bias_args(params, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, fal
     return dict(BIAS=view, stride_bb=view.stride(0), stride_bh=view.stride(1),
                 stride_bm=view.stride(2), stride_bn=view.stride(3), HAS_BIAS=True,
                 BIAS_BOOL=bias.dtype == torch.bool)
+
+
+@triton.jit
+def bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_left, window_right,
+              slope_log2, qk_scale, softcap_log2, bias_base, stride_bm, stride_bn, off_b, off_h,
+              sm_args, mm_args, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
+              HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
+              HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
+              HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr):
+    """Recompute ``P = exp(S - LSE)`` for one tile exactly as the forward built ``S`` (scale,
+    softcap, ALiBi, score_mod, bias, mask_mod, band). Returns ``(p, t, g)``: the softcap tanh
+    and ``d score_mod / d score`` that :func:`chain_ds` needs."""
+    s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
+                        softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+    g = t
+    if HAS_SCORE_MOD:
+        s_mod, g = SCORE_MOD(s2 * 0.6931471805599453, off_b, off_h, offs_m[:, None],
+                             offs_n[None, :], sm_args)
+        s2 = s_mod * 1.4426950408889634
+    if HAS_BIAS:
+        s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q, seqlen_k,
+                      BIAS_BOOL)
+    if USE_MASK_MOD:
+        s2 = tl.where(MASK_MOD(off_b, off_h, offs_m[:, None], offs_n[None, :], mm_args), s2,
+                      float("-inf"))
+    p = tl.math.exp2(s2 - lse2[:, None])
+    if MASKED:
+        keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+                         HAS_LEFT, HAS_RIGHT)
+        p = tl.where(keep, p, 0.0)
+    return p, t, g
+
+
+@triton.jit
+def chain_ds(ds, t, g, HAS_SCORE_MOD: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
+    """dS (w.r.t. the final score) -> gradient w.r.t. ``scale * q.k``: through score_mod's slope
+    (0 where dS is 0, so a hidden position's inf/NaN slope never leaks) and softcap's tanh."""
+    if HAS_SCORE_MOD:
+        ds = tl.where(ds == 0.0, 0.0, ds * g)
+    if HAS_SOFTCAP:
+        ds = ds * (1.0 - t * t)
+    return ds
+
+
+def mod_args(params, device) -> dict:
+    """Compiled score_mod / mask_mod (:mod:`flashtile.codegen`) and their captured tensors.
+    Absent mods compile to the identity / all-visible and are never called."""
+    from ..codegen import compile_mask_mod, compile_score_mod
+    sm = compile_score_mod(params.score_mod)
+    mm = compile_mask_mod(params.mask_mod)
+    return dict(sm_args=sm.kernel_args(device), mm_args=mm.kernel_args(device),
+                SCORE_MOD=sm.fn, HAS_SCORE_MOD=params.score_mod is not None,
+                MASK_MOD=mm.fn, HAS_MASK_MOD=params.mask_mod is not None)
+
+
+def mod_grad_args(params, device) -> dict:
+    """As :func:`mod_args`, with the score_mod that also returns ``d score_mod / d score``."""
+    from ..codegen import compile_score_mod
+    args = mod_args(params, device)
+    args["SCORE_MOD"] = compile_score_mod(params.score_mod).fwd_grad_fn
+    return args
+
+
+def sparse_args(params, seqlen: int, fallback: torch.Tensor, lists: str) -> dict:
+    """A BlockMask's block lists for the kernels: ``lists="kv"`` (forward, dQ: key blocks of each
+    query block) or ``"q"`` (dK/dV: query blocks of each key block). int32, contiguous,
+    ``(B|1, H|1, rows, width)`` indices padded past their counts. ``FULL_BOUND``: full blocks
+    still need the sequence-end test because the last block overhangs ``seqlen``."""
+    bm = params.block_mask
+    if bm is None:
+        return dict(KV_NUM=fallback, KV_IDX=fallback, FULL_KV_NUM=fallback, FULL_KV_IDX=fallback,
+                    mask_b=1, mask_h=1, mask_nq=1, mask_nkv=1, SPARSE=False, MASK_BQ=16,
+                    MASK_BKV=16, FULL_BOUND=False)
+    if lists == "kv":
+        num, idx, fnum, fidx = (bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks,
+                                bm.full_kv_indices)
+    else:
+        num, idx, fnum, fidx = (bm.q_num_blocks, bm.q_indices, bm.full_q_num_blocks,
+                                bm.full_q_indices)
+    bq, bkv = bm.BLOCK_SIZE
+    return dict(KV_NUM=num.contiguous(), KV_IDX=idx.contiguous(), FULL_KV_NUM=fnum.contiguous(),
+                FULL_KV_IDX=fidx.contiguous(), mask_b=num.shape[0], mask_h=num.shape[1],
+                mask_nq=num.shape[2], mask_nkv=idx.shape[3], SPARSE=True, MASK_BQ=bq,
+                MASK_BKV=bkv, FULL_BOUND=seqlen % (bkv if lists == "kv" else bq) != 0)
 
 
 @triton.jit

@@ -21,7 +21,7 @@ import triton.language as tl
 from .common import (NO_SPECIALIZE, add_bias, alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args,
                      dropout_keep, env_block, interpreting, padded_headdim, prune_configs,
                      score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
-                     varlen_args, window_args)
+                     mod_args, sparse_args, varlen_args, window_args)
 
 
 @triton.jit
@@ -29,12 +29,17 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                window_left, window_right, slope_log2, qk_scale, softcap_log2,
                row_base, seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn,
+               off_b, off_h, sm_args, mm_args,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
                EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
-               HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, PRECISION: tl.constexpr):
+               HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
+               HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
+               PRECISION: tl.constexpr):
     """Fold the key tiles ``[start, stop)`` into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
-    band and the end of the keys per element; full tiles skip all of that."""
+    band and the end of the keys per element; full tiles skip all of that. ``USE_MASK_MOD``
+    evaluates the user's mask_mod (partial blocks of a block mask); ``HAS_SCORE_MOD`` applies
+    the compiled score_mod (both from :mod:`flashtile.codegen`)."""
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k_mask = offs_d[None, :] < head_d
@@ -51,14 +56,20 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
         s2, _ = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if HAS_SCORE_MOD:
+            s2 = SCORE_MOD(s2 * 0.6931471805599453, off_b, off_h, offs_m[:, None],
+                           offs_n[None, :], sm_args) * 1.4426950408889634
         if HAS_BIAS:
             s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
                           seqlen_k, BIAS_BOOL)
+        if USE_MASK_MOD:
+            s2 = tl.where(MASK_MOD(off_b, off_h, offs_m[:, None], offs_n[None, :], mm_args),
+                          s2, float("-inf"))
         if MASKED:
             keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             s2 = tl.where(keep, s2, float("-inf"))
-        if MASKED or HAS_BIAS:
+        if MASKED or HAS_BIAS or USE_MASK_MOD or HAS_SCORE_MOD:
             m_new = tl.maximum(m_i, tl.max(s2, 1))
             # A row that has seen no visible key yet keeps m = -inf; shift by 0 so that
             # exp2(-inf - -inf) never produces NaN.
@@ -90,13 +101,16 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv, seq_bucket,
                 CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right, qk_scale, softcap_log2,
                 seed, rng_offset, rng_stride_b, dropout_p,
-                stride_bb, stride_bh, stride_bm, stride_bn,
+                stride_bb, stride_bh, stride_bm, stride_bn, sm_args, mm_args,
+                KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX, mask_b, mask_h, mask_nq, mask_nkv,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
                 HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                 IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
-                PRECISION: tl.constexpr):
+                SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
+                HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
+                MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PRECISION: tl.constexpr):
     # One flat grid; the query block varies fastest so programs of one head run together
     # (K/V stay in L2), and the last (heaviest under causal) query block goes first. For varlen,
     # seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
@@ -132,29 +146,62 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
-    a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
-                             BLOCK_N, HAS_LEFT, HAS_RIGHT)
-    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
-                               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                               diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, row_base, seed, rng_offset, dropout_p, bias_base,
-                               stride_bm, stride_bn, BLOCK_N, True,
-                               EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                               HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, PRECISION)
-    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, b, c,
-                               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                               diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, row_base, seed, rng_offset, dropout_p, bias_base,
-                               stride_bm, stride_bn, BLOCK_N, False,
-                               EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                               HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, PRECISION)
-    acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, c, d,
-                               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                               diag_off, window_left, window_right, slope_log2, qk_scale,
-                               softcap_log2, row_base, seed, rng_offset, dropout_p, bias_base,
-                               stride_bm, stride_bn, BLOCK_N, True,
-                               EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-                               HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, PRECISION)
+    if SPARSE:
+        # Block-sparse: walk only the key blocks the BlockMask lists for this query block;
+        # partial blocks evaluate mask_mod, full blocks skip it (and every mask) entirely.
+        row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_m // MASK_BQ
+        for i in range(0, tl.load(KV_NUM + row)):
+            lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BKV
+            acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
+                                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                       diag_off, window_left, window_right, slope_log2, qk_scale,
+                                       softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                       bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                       mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                       BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                                       PRECISION)
+        for i in range(0, tl.load(FULL_KV_NUM + row)):
+            lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BKV
+            acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
+                                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                       diag_off, window_left, window_right, slope_log2, qk_scale,
+                                       softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                       bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                       mm_args, BLOCK_N, FULL_BOUND, EVEN_D, EVEN_DV, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                       BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
+                                       PRECISION)
+    else:
+        a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
+                                 BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
+                                   offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                   bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                   mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
+                                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                   BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                                   PRECISION)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, b, c,
+                                   offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                   bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                   mm_args, BLOCK_N, False, EVEN_D, EVEN_DV, HAS_LEFT,
+                                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                   BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                                   PRECISION)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, c, d,
+                                   offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                   bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                   mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
+                                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                   BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                                   PRECISION)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
@@ -185,7 +232,8 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "seq_bucket"],
+         "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD",
+         "SPARSE", "MASK_BQ", "MASK_BKV", "seq_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
@@ -229,6 +277,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         seq_bucket(seqlen_q, seqlen_k),
         **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
         **window_args(params), **score_args(params), **dropout_args(params), **bias,
+        **mod_args(params, q.device), **sparse_args(params, seqlen_k, lse, "kv"),
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PRECISION=dot_precision(q.dtype),
     )
