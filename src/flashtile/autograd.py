@@ -47,10 +47,6 @@ class FlashAttnFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         impl = _impl(ctx.backend, ctx.params)
         if ctx.needs_input_grad[3]:
-            if ctx.backend != "triton":
-                raise NotImplementedError("the gradient of a float attn_mask is computed by the "
-                                          "Triton kernels only so far; use CUDA tensors or "
-                                          "detach the mask")
             dq, dk, dv, dbias = impl.backward(dout, q, k, v, out, lse, ctx.params,
                                               need_bias_grad=True)
         else:

@@ -305,7 +305,7 @@ def _chain_to_raw(ds: torch.Tensor, raw: torch.Tensor, scores: torch.Tensor, kee
 @torch.no_grad()
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              out: torch.Tensor, lse: torch.Tensor, params: AttentionParams,
-             chunk_size: int = 128) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             chunk_size: int = 128, need_bias_grad: bool = False):
     """Attention backward, recomputing the probabilities one key chunk at a time.
 
     Args:
@@ -318,6 +318,8 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         ``(dq, dk, dv)`` in the dtypes and shapes of ``q``, ``k``, ``v``. Rows that see no key
         contribute nothing (their ``P`` is 0), so their ``dq`` is 0.
     """
+    if need_bias_grad and params.block_mask is not None:
+        raise NotImplementedError("attn_bias gradients with a block mask")
     lay = _layout(q, k, params, chunk_size)
     if params.block_mask is not None:
         return _sparse_backward(dout, q, k, v, out, lse, params,
@@ -336,6 +338,9 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     lse_safe = torch.where(lse_rows == _NEG_INF, torch.zeros_like(lse_rows), lse_rows)
 
     dq = torch.zeros_like(qh)
+    dbias = None
+    if need_bias_grad:                         # shaped like the (broadcast) bias, not N x N
+        dbias = torch.zeros(params.attn_bias.shape, dtype=lay.dtype, device=q.device)
     dk = torch.zeros(k.shape, dtype=lay.dtype, device=k.device)          # (b, sk, hkv, d)
     dv = torch.zeros(v.shape, dtype=lay.dtype, device=v.device)          # (b, sk, hkv, dv)
     for start, end in key_chunks(params, lay.seqlen_q, lay.seqlen_k, chunk_size):
@@ -357,11 +362,29 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             dp = dp * z                                                   # gradient w.r.t. P
         dv[:, start:end] = torch.matmul(p_dropped.transpose(-1, -2), doh).transpose(1, 2)
         ds = p * (dp - delta[..., None])                                  # dS, (b, hkv, g*sq, n)
+        if need_bias_grad:
+            _accumulate_bias_grad(dbias, lay.heads(ds), start, end)
         ds = _chain_to_raw(lay.heads(ds), raw, scores, keep, params)
         ds = lay.rows(ds, n) * params.softmax_scale                       # d(QK^T)
         dq += torch.matmul(ds, kc)
         dk[:, start:end] = torch.matmul(ds.transpose(-1, -2), qh).transpose(1, 2)
-    return lay.from_rows(dq, q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    grads = (lay.from_rows(dq, q.dtype), dk.to(k.dtype), dv.to(v.dtype))
+    if need_bias_grad:
+        return (*grads, dbias.to(params.attn_bias.dtype))
+    return grads
+
+
+def _accumulate_bias_grad(dbias: torch.Tensor, ds: torch.Tensor, start: int, end: int) -> None:
+    """Add one chunk's ``dS`` ``(b, hq, sq, n)`` (the bias is added to the final score, so its
+    gradient is dS) into ``dbias``, summed over the dimensions along which the bias broadcasts."""
+    full = dbias[(None,) * (4 - dbias.dim())]                           # (b|1, h|1, sq|1, sk|1)
+    dims = [i for i in range(3) if full.shape[i] == 1 and ds.shape[i] != 1]
+    if dims:
+        ds = ds.sum(dim=dims, keepdim=True)
+    if full.shape[3] == 1:
+        full += ds.sum(dim=3, keepdim=True).to(full.dtype)
+    else:
+        full[..., start:end] += ds.to(full.dtype)
 
 
 # --------------------------------------------------------------------------------------------
