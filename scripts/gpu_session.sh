@@ -32,6 +32,17 @@ for step in $STEPS; do
       git rev-parse --short HEAD 2>/dev/null || true ;;
     tests)
       FLASHTILE_AUTOTUNE=0 python3 -m pytest tests/test_kernels.py -q -x -p no:cacheprovider --durations=5 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
+    smoke)  # one GPU pass over every fused feature (fp16/bf16), compile-light
+      export FLASHTILE_AUTOTUNE=0
+      for spec in "tests/test_kernels.py -k test_features" "tests/test_dropout.py" \
+                  "tests/test_varlen.py -k not bad" "tests/test_sdpa.py -k gqa or gradient" \
+                  "tests/test_flex_kernels.py -k causal or document or relpos or alibi" \
+                  "tests/test_kvcache.py"; do
+        file=${spec%% -k *}; filter=""; [ "$file" != "$spec" ] && filter=${spec#* -k }
+        echo "--- $file ${filter:+(-k $filter)}"
+        timeout ${SMOKE_TIMEOUT:-40} python3 -m pytest -q -x -p no:cacheprovider "$file" ${filter:+-k "$filter"} 2>&1 \
+          | tee -a "$OUT/smoke.log" | tail -3
+      done ;;
     probe)
       python3 scripts/probe.py 2>&1 | tee "$OUT/probe.log" ;;
     quick)
