@@ -22,6 +22,16 @@ def _seed():
     yield
 
 
+@pytest.fixture(params=["triton", "torch"])
+def backend(request):
+    """Run a test once on the Triton kernels (interpreted without a GPU) and once on the torch
+    path."""
+    import flashtile
+    flashtile.set_backend(request.param)
+    yield request.param
+    flashtile.set_backend(None)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

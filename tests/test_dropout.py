@@ -5,24 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from utils import assert_within_budget, shape_id
+from utils import BACKENDS, DEVICE, DTYPE, FLOOR, assert_within_budget, shape_id
 
 import flashtile
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
 
-GPU = torch.cuda.is_available()
-DEVICE = "cuda" if GPU else "cpu"
-DTYPE = torch.float16 if GPU else torch.float32
-FLOOR = {torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-BACKENDS = ["triton", "torch"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request):
-    flashtile.set_backend(request.param)
-    yield request.param
-    flashtile.set_backend(None)
 
 
 def _inputs(b, sq, sk, hq, hkv, d):

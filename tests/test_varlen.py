@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from utils import assert_within_budget
+from utils import DEVICE, DTYPE, FLOOR, assert_within_budget
 
 import flashtile
 from flashtile import attention_reference, flash_attn_varlen_func
 from flashtile.interface import _flash_params
 
-GPU = torch.cuda.is_available()
-DEVICE = "cuda" if GPU else "cpu"
-DTYPE = torch.float16 if GPU else torch.float32
-FLOOR = {torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
-
-
-@pytest.fixture(params=["triton", "torch"])
-def backend(request):
-    flashtile.set_backend(request.param)
-    yield request.param
-    flashtile.set_backend(None)
 
 
 def _cu(lengths):

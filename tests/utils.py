@@ -8,6 +8,14 @@ import flashtile
 from flashtile.interface import _flash_params  # noqa: F401  (re-exported for tests)
 
 
+GPU = torch.cuda.is_available()
+DEVICE = "cuda" if GPU else "cpu"
+# The interpreter mis-computes bf16 dots: fp32 there, fp16 on the GPU.
+DTYPE = torch.float16 if GPU else torch.float32
+FLOOR = {torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+BACKENDS = ["triton", "torch"]
+
+
 def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Max abs difference in float64; NaN anywhere in ``x`` counts as infinite error."""
     x = x.detach().double()
@@ -37,4 +45,5 @@ def shape_id(b, sq, sk, hq, hkv, d, dv=None) -> str:
     return s if dv == d else s + f"-Dv{dv}"
 
 
-__all__ = ["assert_within_budget", "flashtile", "max_err", "shape_id"]
+__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_within_budget", "flashtile",
+           "max_err", "shape_id"]

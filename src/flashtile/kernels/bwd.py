@@ -23,11 +23,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (NO_SPECIALIZE, alloc, bias_args, bwd_probs, chain_ds, mod_grad_args,
-                     sparse_args, cdiv, dot_precision, dropout_args,
-                     dropout_keep, interpreting, padded_headdim, prune_configs, row_ranges,
-                     score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
-                     varlen_args, window_args)
+from .common import (NO_SPECIALIZE, alloc, bias_args, bwd_probs, cdiv, chain_ds, dot_precision,
+                     dropout_args, dropout_keep, interpreting, mod_grad_args, padded_headdim,
+                     prune_configs, row_ranges, score_args, seq_bounds, seq_bucket,
+                     sparse_args, strides, tile_ranges, varlen_args, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
