@@ -43,6 +43,19 @@ for step in $STEPS; do
         timeout ${SMOKE_TIMEOUT:-40} python3 -m pytest -q -x -p no:cacheprovider "$file" ${filter:+-k "$filter"} 2>&1 \
           | tee -a "$OUT/smoke.log" | tail -3
       done ;;
+    sparse) # Figure 2 right: block-sparse fwd+bwd time vs density (b16 h8 N4096 d64, bf16)
+      python3 - <<'PY' 2>&1 | tee "$OUT/sparse.log"
+import json, os
+from flashtile.ledger.model import Workload
+from flashtile.ledger.paper import DENSITIES, SPARSE_WORKLOAD, FLEX_BLOCK_SPARSE_MS, measure_block_sparse
+rows = measure_block_sparse(Workload(**SPARSE_WORKLOAD, dtype_bytes=2), DENSITIES, "bf16")
+for r in rows:
+    anchor = FLEX_BLOCK_SPARSE_MS.get(round(r["density"], 2))
+    print(f"density {r['density']:.2f} (actual {r['actual_density']:.3f}): {r['ms']:.3f} ms, "
+          f"{r['ms'] / rows[0]['ms']:.2f}x dense; FlexAttention anchor {anchor} ms")
+json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "sparse.json"), "w"), indent=1)
+PY
+      ;;
     probe)
       python3 scripts/probe.py 2>&1 | tee "$OUT/probe.log" ;;
     quick)

@@ -549,12 +549,19 @@ def _run_paper(args, hw: Hardware, measure: bool, ncu: Optional[str], console) -
     for c in ("non-zero blocks", "tile loads (model)", "DRAM (model)", "matmul GFLOP",
               "flashtile runtime", "FlexAttention anchor ms"):
         t.add_column(c, justify="right")
+    measured = right.get("measured")
+    by_density = ({round(r["density"], 2): r for r in measured}
+                  if isinstance(measured, list) else {})
     for row in right["model"]:
         anchor = paper.FLEX_BLOCK_SPARSE_MS.get(round(row["density"], 2))
+        got = by_density.get(round(row["density"], 2))
+        cell = (f"{got['ms']:.3f} ms ({got['ms'] / measured[0]['ms']:.2f}x dense)" if got
+                else "needs --measure on a GPU")
         t.add_row(f"{row['density']:.2f}", gb(row["tile_loads"]), gb(row["dram"]),
-                  gflop(row["flops"]), "pending block-sparse",
-                  f"{anchor:.3f}" if anchor else "")
+                  gflop(row["flops"]), cell, f"{anchor:.3f}" if anchor else "")
     console.print(t)
+    if isinstance(measured, str):
+        console.print("  block-sparse measurement " + escape(measured))
 
     essay = paper.essay_table()
     fig2["essay"] = essay
