@@ -46,7 +46,8 @@ def _inputs(*shape):
 @pytest.mark.parametrize("name", list(F.MASKS))
 def test_library_masks_on_kernels(name, shape):
     b, sq, sk, hq, hkv, d, dv, block = shape
-    mask_mod, B, H = F.MASKS[name](b, hq, sq, sk)
+    with torch.device(DEVICE):                   # tensors the mask captures live with q/k/v
+        mask_mod, B, H = F.MASKS[name](b, hq, sq, sk)
     bm = create_block_mask(mask_mod, B, H, sq, sk, device="cpu", BLOCK_SIZE=block).to(DEVICE)
     q, k, v = _inputs(b, sq, sk, hq, hkv, d, dv)
     F._check(q, k, v, dict(mask_mod=mask_mod), block_mask=bm)
@@ -56,7 +57,8 @@ def test_library_masks_on_kernels(name, shape):
 @pytest.mark.parametrize("name", F.SCORE_MODS)
 def test_score_mods_on_kernels(name, with_mask):
     b, sq, sk, hq, hkv, d = 2, 33, 27, 4, 2, 16
-    score_mod = F._score_mods(hq, sq, sk)[name]
+    with torch.device(DEVICE):
+        score_mod = F._score_mods(hq, sq, sk)[name]
     q, k, v = _inputs(b, sq, sk, hq, hkv, d)
     if with_mask:
         mask_mod = sliding_window(11)
@@ -84,3 +86,18 @@ def test_unsupported_mod_falls_back_with_a_reason(monkeypatch):
     q, k, v = _inputs(1, 8, 8, 2, 2, 16)
     with pytest.warns(RuntimeWarning, match="torch path"):
         flashtile.flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + torch.cumsum(s, 0))
+
+
+def test_mod_capturing_a_tensor_on_another_device_is_a_clear_error():
+    from flashtile.masks import document_mask, relative_position_bias
+    q, k, v = _inputs(1, 8, 8, 2, 2, 16)
+    elsewhere = "meta"
+    with pytest.raises(ValueError, match="captures a tensor on meta"):
+        flashtile.flex_attention(q, k, v,
+                                 score_mod=relative_position_bias(torch.zeros(15, device=elsewhere)))
+    docs = torch.zeros(8, dtype=torch.long, device=elsewhere)
+    bm = create_block_mask(document_mask(torch.zeros(8, dtype=torch.long)), None, None, 8, 8,
+                           device="cpu", BLOCK_SIZE=16)
+    bm.mask_mod = document_mask(docs)
+    with pytest.raises(ValueError, match="captures a tensor on meta"):
+        flashtile.flex_attention(q.cpu(), k.cpu(), v.cpu(), block_mask=bm)

@@ -7,6 +7,7 @@ exact chunked PyTorch path for CPU. See README.md and DESIGN notes in docs/.
 from .backend import get_backend, set_backend
 from .interface import flash_attn_func, flash_attn_varlen_func, scaled_dot_product_attention
 from .flex import flex_attention
+from .kvcache import flash_attn_with_kvcache
 from .masks import BlockMask, and_masks, create_block_mask, create_mask, noop_mask, or_masks
 from .params import AttentionParams
 from .reference.dense import attention_reference
@@ -25,6 +26,7 @@ __all__ = [
     "attention_reference",
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
     "get_backend",
     "scaled_dot_product_attention",
     "set_backend",

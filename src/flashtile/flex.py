@@ -145,8 +145,8 @@ def _check_score_mod(score_mod, query: torch.Tensor) -> None:
                         f"score, got {type(score_mod).__name__}")
     idx = torch.zeros((1, 1, 1, 1), dtype=torch.int64, device=query.device)
     score = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=query.device)
-    result = score_mod(score, idx, idx, idx, idx)
     name = _mod_name(score_mod)
+    result = _probe("score_mod", name, score_mod, (score, idx, idx, idx, idx), query.device)
     if not isinstance(result, torch.Tensor) or not result.dtype.is_floating_point:
         got = result.dtype if isinstance(result, torch.Tensor) else type(result).__name__
         hint = (" (a bool result looks like a mask_mod: pass it to create_block_mask and give "
@@ -168,9 +168,52 @@ def _check_block_mask(block_mask, batch: int, nheads: int, seqlen_q: int, seqlen
                         "with flashtile.create_block_mask (same arguments as torch's) or "
                         "flashtile.masks.BlockMask.from_kv_blocks")
     block_mask.check_compatible(batch, nheads, seqlen_q, seqlen_k, device)
+    _check_captured_devices("mask_mod", _mod_name(block_mask.mask_mod), block_mask.mask_mod,
+                            device)
     if block_mask.mask_mod is not noop_mask and bool(block_mask.kv_num_blocks.any()):
         b = torch.zeros((1, 1, 1, 1), dtype=torch.int64, device=device)
-        _check_mask_result(block_mask.mask_mod(b, b, b, b), (1, 1, 1, 1), block_mask.mask_mod)
+        result = _probe("mask_mod", _mod_name(block_mask.mask_mod), block_mask.mask_mod,
+                        (b, b, b, b), device)
+        _check_mask_result(result, (1, 1, 1, 1), block_mask.mask_mod)
+
+
+def _probe(kind: str, name: str, fn, args, device: torch.device):
+    """Call a mod on one element, after checking the devices of the tensors it captured."""
+    _check_captured_devices(kind, name, fn, device)
+    return fn(*args)
+
+
+def _check_captured_devices(kind: str, name: str, fn, device: torch.device) -> None:
+    """A tensor a mod captured on another device is a clear error here, not a failure deep in
+    the torch path or a hidden copy per call on the kernel path."""
+    for value in _captured_tensors(fn):
+        if value.device != device:
+            raise ValueError(f"{kind} {name} captures a tensor on {value.device} but the inputs "
+                             f"are on {device}; create it there or move it with .to({device!r})"
+                             .replace("device(type=", "").replace(")'", "'"))
+
+
+def _captured_tensors(fn):
+    """Tensors a function reaches through its closure (and nested closures)."""
+    seen, stack, out = set(), [fn], []
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:          # an empty cell
+                continue
+            if isinstance(value, torch.Tensor):
+                out.append(value)
+            elif callable(value):
+                stack.append(value)
+        for value in getattr(f, "__defaults__", None) or ():
+            if isinstance(value, torch.Tensor):
+                out.append(value)
+    return out
 
 
 __all__ = ["flex_attention"]
