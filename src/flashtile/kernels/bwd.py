@@ -334,8 +334,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                            HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
                            MASK_MOD, False, PRECISION)
     else:
-        a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
-                                 BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
+                                 window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
         dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b,
                        offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,

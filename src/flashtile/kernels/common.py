@@ -150,21 +150,22 @@ def score_args(params) -> dict:
 
 
 @triton.jit
-def tile_ranges(row_lo, row_hi, seqlen_k, diag_off, window_left, window_right,
+def tile_ranges(row_lo, row_hi, key_start, key_end, diag_off, window_left, window_right,
                 BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """Key tiles seen by query rows ``[row_lo, row_hi]`` (inclusive), as three consecutive ranges
-    of key-tile starts: masked ``[a, b)``, full ``[b, c)``, masked ``[c, d)`` (in keys, each a
-    multiple of ``BLOCK_N``). Tiles outside ``[a, d)`` are invisible and never loaded."""
-    key_lo = 0
-    full_lo = 0
+    """Key tiles seen by query rows ``[row_lo, row_hi]`` (inclusive) among keys
+    ``[key_start, key_end)`` (``key_start`` > 0: a KV cache's left padding), as three
+    consecutive ranges of key-tile starts: masked ``[a, b)``, full ``[b, c)``, masked ``[c, d)``
+    (multiples of ``BLOCK_N``). Tiles outside ``[a, d)`` are invisible and never loaded."""
+    key_lo = key_start
+    full_lo = key_start
     if HAS_LEFT:
-        key_lo = tl.maximum(row_lo + diag_off - window_left, 0)
-        full_lo = tl.maximum(row_hi + diag_off - window_left, 0)
-    key_hi = seqlen_k
-    full_hi = seqlen_k
+        key_lo = tl.maximum(row_lo + diag_off - window_left, key_start)
+        full_lo = tl.maximum(row_hi + diag_off - window_left, key_start)
+    key_hi = key_end
+    full_hi = key_end
     if HAS_RIGHT:
-        key_hi = tl.minimum(row_hi + diag_off + window_right + 1, seqlen_k)
-        full_hi = tl.minimum(row_lo + diag_off + window_right + 1, seqlen_k)
+        key_hi = tl.minimum(row_hi + diag_off + window_right + 1, key_end)
+        full_hi = tl.minimum(row_lo + diag_off + window_right + 1, key_end)
     key_hi = tl.maximum(key_hi, key_lo)
     a = (key_lo // BLOCK_N) * BLOCK_N
     d = tl.cdiv(key_hi, BLOCK_N) * BLOCK_N

@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from .common import (alloc, autotune_enabled, band_mask, cdiv, dot_precision, interpreting,
-                     padded_headdim, score_args, scores_log2)
+                     padded_headdim, score_args, scores_log2, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
@@ -56,30 +56,6 @@ NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "head_d", "head_dv", "num_sp
 
 # ----------------------------------------------------------------------------------------------
 # Kernels
-
-@triton.jit
-def _key_tile_ranges(row_lo, row_hi, key_start, key_end, diag_off, window_left, window_right,
-                     BLOCK_N: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """Key tiles seen by query rows ``[row_lo, row_hi]`` among slots ``[key_start, key_end)``:
-    masked ``[a, b)``, full ``[b, c)``, masked ``[c, d)`` (tile starts, multiples of BLOCK_N).
-    Like ``common.tile_ranges``, with a lower end ``key_start`` (the left padding)."""
-    key_lo = key_start
-    full_lo = key_start
-    if HAS_LEFT:
-        key_lo = tl.maximum(row_lo + diag_off - window_left, key_start)
-        full_lo = tl.maximum(row_hi + diag_off - window_left, key_start)
-    key_hi = key_end
-    full_hi = key_end
-    if HAS_RIGHT:
-        key_hi = tl.minimum(row_hi + diag_off + window_right + 1, key_end)
-        full_hi = tl.minimum(row_lo + diag_off + window_right + 1, key_end)
-    key_hi = tl.maximum(key_hi, key_lo)
-    a = (key_lo // BLOCK_N) * BLOCK_N
-    d = tl.cdiv(key_hi, BLOCK_N) * BLOCK_N
-    b = tl.minimum(tl.maximum(tl.cdiv(full_lo, BLOCK_N) * BLOCK_N, a), d)
-    c = tl.minimum(tl.maximum((full_hi // BLOCK_N) * BLOCK_N, b), d)
-    return a, b, c, d
-
 
 @triton.jit
 def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop,
@@ -203,7 +179,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
 
     # Visible tiles, then this split's slice of them.
     row_hi = (tl.minimum(start_m + BLOCK_M, n_rows) - 1) // group
-    a, b, c, d = _key_tile_ranges(start_m // group, row_hi, key_start, key_end, diag_off,
+    a, b, c, d = tile_ranges(start_m // group, row_hi, key_start, key_end, diag_off,
                                   window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     tiles_per_split = tl.cdiv((d - a) // BLOCK_N, num_splits)
     lo = a + off_split * tiles_per_split * BLOCK_N

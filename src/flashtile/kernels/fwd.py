@@ -173,8 +173,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                        BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
                                        PRECISION)
     else:
-        a, b, c, d = tile_ranges(start_m, row_hi, seqlen_k, diag_off, window_left, window_right,
-                                 BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
+                                 window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
                                    offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
