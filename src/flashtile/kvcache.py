@@ -546,7 +546,7 @@ def decode_bandwidth(batch: int, cache_len: int, hq: int = 32, hkv: int = 8, d: 
     else:
         k_cache = torch.randn(batch, cache_len, hkv, d, device=device, dtype=dtype, generator=gen)
         block_table = None
-    v_cache = torch.randn_like(k_cache)
+    v_cache = torch.randn(k_cache.shape, device=device, dtype=dtype, generator=gen)
 
     def flashtile_call():
         return flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
