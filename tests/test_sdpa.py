@@ -126,3 +126,37 @@ def test_sdpa_bad_input(name):
 def test_sdpa_gqa_needs_enable_gqa():
     with pytest.raises(ValueError, match="enable_gqa=True"):
         scaled_dot_product_attention(_bhsd(1, 4, 8, 16), _bhsd(1, 2, 8, 16), _bhsd(1, 2, 8, 16))
+
+
+def test_bool_mask_skips_hidden_tiles(monkeypatch):
+    """A bool mask with whole hidden tiles: the kernels get a block summary (empty tiles never
+    loaded, full tiles listed as full) and the answer stays exact."""
+    import flashtile.interface as interface
+    monkeypatch.setattr(interface, "SDPA_MASK_BLOCK", 16)
+    seen = {}
+    real = interface.attention
+
+    def spy(q, k, v, params, backend):
+        seen["block_mask"] = params.block_mask
+        return real(q, k, v, params, backend)
+
+    monkeypatch.setattr(interface, "attention", spy)
+    flashtile.set_backend("triton")
+    try:
+        b, h, sq, sk, d = 1, 2, 48, 64, 16
+        mask = torch.rand(sq, sk, device=DEVICE) > 0.3
+        mask[:16, 16:] = False                       # hidden tiles
+        mask[16:32, :32] = True                      # full tiles
+        query, key, value = _bhsd(b, h, sq, d), _bhsd(b, h, sk, d), _bhsd(b, h, sk, d)
+        out = scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    finally:
+        flashtile.set_backend(None)
+    bm = seen["block_mask"]
+    partial, full = bm.dense_layouts()
+    assert not (partial | full)[0, 0, 0, 1:].any()          # hidden tiles are not listed
+    assert full[0, 0, 1, :2].all()                          # all-True tiles are full
+    params = AttentionParams(softmax_scale=d ** -0.5, bottom_right=False, attn_bias=mask)
+    ref, _ = attention_reference(*(t.transpose(1, 2) for t in (query, key, value)), params)
+    same, _ = attention_reference(*(t.transpose(1, 2) for t in (query, key, value)), params,
+                                  dtype=DTYPE)
+    assert_within_budget("out", out, ref.transpose(1, 2), same.transpose(1, 2), FLOOR[DTYPE])

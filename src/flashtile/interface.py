@@ -13,11 +13,14 @@ import torch
 from . import _validate as V
 from .autograd import attention
 from .backend import resolve
+from .masks import BlockMask
 from .params import AttentionParams
 from .reference.dense import attention_reference
 from .reference.philox import draw_seed_offset, dropout_keep
 
 _FLASH_LAYOUT = "(batch, seqlen, nheads, headdim)"
+# Block size of the summary that lets the kernels skip tiles a bool attn_mask hides entirely.
+SDPA_MASK_BLOCK = 128
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -202,9 +205,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if params.dropout_p > 0:
         seed, offset = draw_seed_offset(query.device)
         params = params.with_(seed=seed, offset=offset)
+    backend = resolve(query.device)
+    if backend == "triton" and attn_mask is not None and attn_mask.dtype == torch.bool:
+        # Masks cost only where they bite: tiles the mask hides entirely are never loaded (the
+        # kernels' block-sparse loops); the element mask is still applied in the others.
+        params = params.with_(block_mask=BlockMask.from_bool_mask(
+            attn_mask, seqlen_q, seqlen_k, BLOCK_SIZE=SDPA_MASK_BLOCK))
     # (b, h, s, d) -> (b, s, h, d): free transposed views, no copies.
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
-    out, _ = attention(q, k, v, params, resolve(query.device))
+    out, _ = attention(q, k, v, params, backend)
     return out.transpose(1, 2)
 
 

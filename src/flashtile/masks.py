@@ -426,6 +426,45 @@ class BlockMask:
         return cls._from_layouts(torch.zeros_like(layout), layout, (q_len, kv_len),
                                  (block_q, block_kv), None)
 
+    @classmethod
+    def from_bool_mask(cls, mask: torch.Tensor, Q_LEN: int, KV_LEN: int,
+                       BLOCK_SIZE: Union[int, tuple[int, int]] = _DEFAULT_BLOCK_SIZE
+                       ) -> "BlockMask":
+        """The block summary of an element mask: blocks with no True are empty (never loaded),
+        blocks that are all True inside the sequences are full, the rest partial.
+
+        Args:
+            mask: bool, broadcastable to ``(B, H, Q_LEN, KV_LEN)`` with 4 or fewer dims (e.g.
+                SDPA's ``attn_mask``); read one strip of query blocks at a time, never expanded
+                over batch/heads.
+            Q_LEN, KV_LEN, BLOCK_SIZE: as in :func:`create_block_mask`.
+
+        The result lists blocks only; the element mask itself must still be applied inside
+        partial blocks (``scaled_dot_product_attention`` keeps it as the additive/bool bias).
+        """
+        block_q, block_kv = _check_block_size(BLOCK_SIZE)
+        q_len, kv_len = _check_length("Q_LEN", Q_LEN), _check_length("KV_LEN", KV_LEN)
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() > 4:
+            raise TypeError("mask must be a bool tensor with at most 4 dims, got "
+                            f"{getattr(mask, 'dtype', type(mask).__name__)}")
+        full4 = mask[(None,) * (4 - mask.dim())]                       # (B|1, H|1, sq|1, sk|1)
+        nq, nkv = _cdiv(q_len, block_q), _cdiv(kv_len, block_kv)
+        shape = (full4.shape[0], full4.shape[1], nq, nkv)
+        any_visible = torch.zeros(shape, dtype=torch.bool, device=mask.device)
+        all_visible = torch.zeros(shape, dtype=torch.bool, device=mask.device)
+        for qb in range(nq):
+            rows = slice(qb * block_q, min((qb + 1) * block_q, q_len))
+            strip = full4[:, :, rows if full4.shape[2] > 1 else slice(None)]
+            strip = strip.expand(*strip.shape[:2], rows.stop - rows.start, kv_len)
+            pad = nkv * block_kv - kv_len
+            # Outside the sequence counts as False for "any" and True for "all".
+            lo = torch.nn.functional.pad(strip, (0, pad), value=False)
+            hi = torch.nn.functional.pad(strip, (0, pad), value=True)
+            any_visible[:, :, qb] = lo.view(*lo.shape[:3], nkv, block_kv).any(-1).any(2)
+            all_visible[:, :, qb] = hi.view(*hi.shape[:3], nkv, block_kv).all(-1).all(2)
+        return cls._from_layouts(any_visible & ~all_visible, all_visible, (q_len, kv_len),
+                                 (block_q, block_kv), None)
+
     # ---- views -----------------------------------------------------------------------------
 
     @property
