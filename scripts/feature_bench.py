@@ -111,12 +111,12 @@ ANCHORS = {
 def attn_flops(batch: int, heads: int, seqlen_q: int, seqlen_k: int, headdim: int,
                causal: bool = False, mode: str = "fwdbwd") -> float:
     """FLOPs by flash-attention's convention (DESIGN.md): fwd ``4*b*h*sq*sk*d``, halved when
-    causal; ``bwd`` 2.5x and ``fwdbwd`` 3.5x the forward."""
-    factor = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
-    if mode not in factor:
-        raise ValueError(f"mode must be one of {sorted(factor)}, got {mode!r}")
-    fwd = 4.0 * batch * heads * seqlen_q * seqlen_k * headdim * (0.5 if causal else 1.0)
-    return fwd * factor[mode]
+    causal; ``bwd`` 2.5x and ``fwdbwd`` 3.5x the forward. One formula for the project: the
+    benchmark CLI's (:func:`flashtile.bench.cases.attention_flops`)."""
+    from flashtile.bench.cases import MODE_FLOP_FACTOR, attention_flops
+    if mode not in MODE_FLOP_FACTOR:
+        raise ValueError(f"mode must be one of {sorted(MODE_FLOP_FACTOR)}, got {mode!r}")
+    return attention_flops(batch, heads, seqlen_q, seqlen_k, headdim, headdim, causal, mode)
 
 
 def varlen_flops(lengths, heads: int, headdim: int, causal: bool = False,
