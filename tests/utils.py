@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 import flashtile
-from flashtile.interface import _flash_params  # noqa: F401  (re-exported for tests)
 
 
 GPU = torch.cuda.is_available()

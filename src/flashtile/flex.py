@@ -185,35 +185,18 @@ def _probe(kind: str, name: str, fn, args, device: torch.device):
 
 def _check_captured_devices(kind: str, name: str, fn, device: torch.device) -> None:
     """A tensor a mod captured on another device is a clear error here, not a failure deep in
-    the torch path or a hidden copy per call on the kernel path."""
-    for value in _captured_tensors(fn):
+    the torch path or a hidden copy per call on the kernel path. The tensors are the ones the
+    code generator's fingerprint finds (closures, defaults, globals, partials)."""
+    from .codegen.trace import Uncacheable, fingerprint
+    try:
+        _, tensors = fingerprint(fn)
+    except Uncacheable:         # reaches arbitrary objects: nothing to enumerate; torch will say
+        return
+    for value in tensors:
         if value.device != device:
             raise ValueError(f"{kind} {name} captures a tensor on {value.device} but the inputs "
-                             f"are on {device}; create it there or move it with .to({device!r})"
-                             .replace("device(type=", "").replace(")'", "'"))
-
-
-def _captured_tensors(fn):
-    """Tensors a function reaches through its closure (and nested closures)."""
-    seen, stack, out = set(), [fn], []
-    while stack:
-        f = stack.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        for cell in getattr(f, "__closure__", None) or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:          # an empty cell
-                continue
-            if isinstance(value, torch.Tensor):
-                out.append(value)
-            elif callable(value):
-                stack.append(value)
-        for value in getattr(f, "__defaults__", None) or ():
-            if isinstance(value, torch.Tensor):
-                out.append(value)
-    return out
+                             f"are on {device}; create it there or move it with "
+                             f".to('{device}')")
 
 
 __all__ = ["flex_attention"]

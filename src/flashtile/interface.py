@@ -229,7 +229,7 @@ def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softca
     V.check_bool("deterministic", deterministic)
     left, right = V.check_window(window_size)
     if causal:
-        right = 0 if right < 0 else min(right, 0)
+        right = 0                               # causal is the window (left, 0)
     params = AttentionParams(
         softmax_scale=scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]),
         window_left=left, window_right=right, bottom_right=True, causal=causal,

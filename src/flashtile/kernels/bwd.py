@@ -23,10 +23,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (NO_SPECIALIZE, alloc, bias_args, bwd_probs, cdiv, chain_ds, dot_precision,
-                     dropout_args, dropout_keep, interpreting, mod_grad_args, padded_headdim,
-                     prune_configs, row_ranges, score_args, seq_bounds, seq_bucket,
-                     sparse_args, strides, tile_ranges, varlen_args, window_args)
+from ..reference.dense import sum_to_shape
+
+from .common import (LOG2E_K, NO_SPECIALIZE, alibi_slope_log2, alloc, bias_args, bwd_probs, cdiv,
+                     chain_ds, dot_precision, dropout_args, dropout_keep, interpreting, mod_args,
+                     padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds,
+                     seq_bucket, sparse_args, strides, tile_ranges, varlen_args, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -64,7 +66,7 @@ def _load_rows(base, offs_m, stride, offs_d, seqlen_q, head_d):
 def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
     """``lse2`` (+inf for rows that see no key) and ``D`` for a tile of query rows."""
     lse = tl.load(LSE_row + offs_m, mask=offs_m < seqlen_q, other=0.0)
-    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * 1.4426950408889634)
+    lse2 = tl.where(lse == float("-inf"), float("inf"), lse * LOG2E_K)
     Di = tl.load(D_row + offs_m, mask=offs_m < seqlen_q, other=0.0)
     return lse2, Di
 
@@ -171,9 +173,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
         D_row = Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start
         bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
         dbias_base = DBIAS + off_b * stride_dbb + off_h * stride_dbh
-        slope_log2 = 0.0
-        if HAS_ALIBI:
-            slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
+        slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
         if SPARSE:
             row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_n // MASK_BKV
             for i in range(0, tl.load(KV_NUM + row)):
@@ -281,14 +281,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                    HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                    MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PRECISION: tl.constexpr):
-    pid = tl.program_id(0)
-    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    bh = pid // n_mblocks
-    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
-    off_b = (bh // nheads).to(tl.int64)
-    off_h = bh % nheads
-    off_hkv = (off_h // group).to(tl.int64)
-    off_h = off_h.to(tl.int64)
+    start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -303,9 +296,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                     stride_dos, offs_dv, seqlen_q, head_dv)
     stats = off_b * stride_lse_b + off_h * stride_lse_h + q_start
     lse2, Di = _row_stats(LSE + stats, Dsum + stats, offs_m, seqlen_q)
-    slope_log2 = 0.0
-    if HAS_ALIBI:
-        slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
+    slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
     v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
     row_base = off_h * seqlen_q
@@ -423,7 +414,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
     common = dict(
         **lay, **window_args(params), **score_args(params), **dropout_args(params),
-        **mod_grad_args(params, q.device), sm_scale=params.softmax_scale, HEAD_D=HEAD_D,
+        **mod_args(params, q.device, with_grad=True), sm_scale=params.softmax_scale, HEAD_D=HEAD_D,
         HEAD_DV=HEAD_DV,
         PRECISION=dot_precision(q.dtype))
     sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
@@ -451,14 +442,6 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
         *strides(dq4, varlen), *sizes, **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"))
     if need_bias_grad:
-        return dq, dk, dv, reduce_to_shape(dbias, params.attn_bias)
+        return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv
 
-
-def reduce_to_shape(grad: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """Sum a full ``(b, h, sq, sk)`` gradient over the dims along which ``like`` broadcasts."""
-    full = like[(None,) * (4 - like.dim())]
-    dims = [i for i in range(4) if full.shape[i] == 1 and grad.shape[i] != 1]
-    if dims:
-        grad = grad.sum(dim=dims, keepdim=True)
-    return grad.reshape(like.shape).to(like.dtype)

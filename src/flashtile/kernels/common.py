@@ -15,7 +15,7 @@ Notation (all kernels):
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 
 import torch
@@ -26,6 +26,10 @@ from ..backend import interpreter_enabled
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+# The same constants as compile-time values for the kernel bodies (Triton reads module globals
+# only when they are constexpr).
+LOG2E_K = tl.constexpr(LOG2E)
+LN2_K = tl.constexpr(LN2)
 
 
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
@@ -118,6 +122,30 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     """(batch, seqlen, head) strides of a ``(b, s, h, d)`` tensor; varlen views ``(1, total, h,
     d)`` get batch stride 0 because sequence ``b`` is addressed through ``cu_seqlens``."""
     return (0 if varlen else t.stride(0)), t.stride(1), t.stride(2)
+
+
+@triton.jit
+def query_tile(nheads, group, seqlen_q, BLOCK_M: tl.constexpr):
+    """The program's query tile in a flat grid: ``(start_m, off_b, off_h, off_hkv)``. The query
+    block varies fastest so that programs of one head run together (K/V stay in L2), and the
+    last block (the heaviest under causal) runs first. ``off_*`` are int64 (offsets into large
+    tensors)."""
+    pid = tl.program_id(0)
+    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
+    bh = pid // n_mblocks
+    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
+    off_h = bh % nheads
+    off_hkv = (off_h // group).to(tl.int64)
+    return start_m, (bh // nheads).to(tl.int64), off_h.to(tl.int64), off_hkv
+
+
+@triton.jit
+def alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI: tl.constexpr):
+    """The head's ALiBi slope in the log2 domain (0 without ALiBi)."""
+    slope_log2 = 0.0
+    if HAS_ALIBI:
+        slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * LOG2E_K
+    return slope_log2
 
 
 @triton.jit
@@ -237,7 +265,7 @@ def add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q, seql
         keep = tl.load(ptrs, mask=inside, other=0) != 0
         s2 = tl.where(keep, s2, float("-inf"))
     else:
-        s2 = s2 + tl.load(ptrs, mask=inside, other=0.0).to(tl.float32) * 1.4426950408889634
+        s2 = s2 + tl.load(ptrs, mask=inside, other=0.0).to(tl.float32) * LOG2E_K
     return s2
 
 
@@ -267,9 +295,9 @@ def bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_lef
                         softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
     g = t
     if HAS_SCORE_MOD:
-        s_mod, g = SCORE_MOD(s2 * 0.6931471805599453, off_b, off_h, offs_m[:, None],
+        s_mod, g = SCORE_MOD(s2 * LN2_K, off_b, off_h, offs_m[:, None],
                              offs_n[None, :], sm_args)
-        s2 = s_mod * 1.4426950408889634
+        s2 = s_mod * LOG2E_K
     if HAS_BIAS:
         s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q, seqlen_k,
                       BIAS_BOOL)
@@ -295,23 +323,27 @@ def chain_ds(ds, t, g, HAS_SCORE_MOD: tl.constexpr, HAS_SOFTCAP: tl.constexpr):
     return ds
 
 
-def mod_args(params, device) -> dict:
+def mod_args(params, device, with_grad: bool = False) -> dict:
     """Compiled score_mod / mask_mod (:mod:`flashtile.codegen`) and their captured tensors.
-    Absent mods compile to the identity / all-visible and are never called."""
+    ``with_grad``: the score_mod that also returns ``d score_mod / d score`` (the backward's).
+    Calls without mods skip the compiler entirely (the kernels never call the placeholders)."""
+    if params.score_mod is None and params.mask_mod is None:
+        return _placeholder_mods()
     from ..codegen import compile_mask_mod, compile_score_mod
     sm = compile_score_mod(params.score_mod)
     mm = compile_mask_mod(params.mask_mod)
     return dict(sm_args=sm.kernel_args(device), mm_args=mm.kernel_args(device),
-                SCORE_MOD=sm.fn, HAS_SCORE_MOD=params.score_mod is not None,
+                SCORE_MOD=sm.fwd_grad_fn if with_grad else sm.fn,
+                HAS_SCORE_MOD=params.score_mod is not None,
                 MASK_MOD=mm.fn, HAS_MASK_MOD=params.mask_mod is not None)
 
 
-def mod_grad_args(params, device) -> dict:
-    """As :func:`mod_args`, with the score_mod that also returns ``d score_mod / d score``."""
-    from ..codegen import compile_score_mod
-    args = mod_args(params, device)
-    args["SCORE_MOD"] = compile_score_mod(params.score_mod).fwd_grad_fn
-    return args
+@functools.lru_cache(maxsize=None)
+def _placeholder_mods() -> dict:
+    """Identity score_mod / all-visible mask_mod for calls without mods (compiled once)."""
+    from ..codegen import compile_mask_mod, compile_score_mod
+    return dict(sm_args=(), mm_args=(), SCORE_MOD=compile_score_mod(None).fn,
+                HAS_SCORE_MOD=False, MASK_MOD=compile_mask_mod(None).fn, HAS_MASK_MOD=False)
 
 
 def sparse_args(params, seqlen: int, fallback: torch.Tensor, lists: str) -> dict:
@@ -374,7 +406,3 @@ def dropout_args(params) -> dict:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-__all__ = ["LOG2E", "LN2", "alloc", "cdiv", "dot_precision", "interpreting", "math",
-           "padded_headdim", "score_args", "window_args"]

@@ -41,8 +41,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (alloc, autotune_enabled, band_mask, cdiv, dot_precision, interpreting,
-                     padded_headdim, score_args, scores_log2, tile_ranges)
+from .common import (LN2_K, LOG2E_K, alloc, autotune_enabled, band_mask, cdiv, dot_precision,
+                     interpreting, padded_headdim, score_args, scores_log2, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
@@ -157,7 +157,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
     slope_log2 = 0.0
     if HAS_ALIBI:
         slope = tl.load(SLOPES + off_b64 * stride_slope_b + offs_h, mask=row_ok, other=0.0)
-        slope_log2 = (slope * 1.4426950408889634)[:, None]
+        slope_log2 = (slope * LOG2E_K)[:, None]
 
     # The sequence: valid slots [key_start, key_end), where its KV head lives.
     key_end = tl.load(SEQLENS + off_b) + seqlen_new
@@ -215,7 +215,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
     if not SPLIT:
-        lse2 = lse2 * 0.6931471805599453                                # final: natural log
+        lse2 = lse2 * LN2_K                                # final: natural log
     o_ptrs = (O + off_b64 * stride_ob + off_split.to(tl.int64) * stride_osplit
               + offs_i.to(tl.int64)[:, None] * stride_os + offs_h.to(tl.int64)[:, None] * stride_oh
               + offs_dv[None, :])
@@ -263,7 +263,7 @@ def _combine_kernel(O_PART, LSE_PART, O, LSE,
     empty = l == 0.0
     out = acc / tl.where(empty, 1.0, l)
     lse = tl.where(empty, float("-inf"),
-                   (m + tl.math.log2(tl.where(empty, 1.0, l))) * 0.6931471805599453)
+                   (m + tl.math.log2(tl.where(empty, 1.0, l))) * LN2_K)
     tl.store(O + off_b * stride_ob + off_i * stride_os + off_h * stride_oh + offs_dv,
              out.to(O.dtype.element_ty), mask=dv_ok)
     tl.store(LSE + off_b * stride_lb + off_h * stride_lh + off_i + tl.arange(0, 1), lse)

@@ -18,10 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (NO_SPECIALIZE, add_bias, alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args,
-                     dropout_keep, env_block, interpreting, padded_headdim, prune_configs,
-                     score_args, scores_log2, seq_bounds, seq_bucket, strides, tile_ranges,
-                     mod_args, sparse_args, varlen_args, window_args)
+from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, add_bias, alibi_slope_log2, alloc, band_mask,
+                     bias_args, cdiv, dot_precision, dropout_args, dropout_keep, env_block,
+                     interpreting, mod_args, padded_headdim, prune_configs, query_tile, score_args,
+                     scores_log2, seq_bounds, seq_bucket, sparse_args, strides, tile_ranges,
+                     varlen_args, window_args)
 
 
 @triton.jit
@@ -57,8 +58,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         s2, _ = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
         if HAS_SCORE_MOD:
-            s2 = SCORE_MOD(s2 * 0.6931471805599453, off_b, off_h, offs_m[:, None],
-                           offs_n[None, :], sm_args) * 1.4426950408889634
+            s2 = SCORE_MOD(s2 * LN2_K, off_b, off_h, offs_m[:, None],
+                           offs_n[None, :], sm_args) * LOG2E_K
         if HAS_BIAS:
             s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
                           seqlen_k, BIAS_BOOL)
@@ -111,17 +112,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PRECISION: tl.constexpr):
-    # One flat grid; the query block varies fastest so programs of one head run together
-    # (K/V stay in L2), and the last (heaviest under causal) query block goes first. For varlen,
-    # seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
-    pid = tl.program_id(0)
-    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    bh = pid // n_mblocks
-    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
-    off_b = (bh // nheads).to(tl.int64)
-    off_h = bh % nheads
-    off_hkv = (off_h // group).to(tl.int64)
-    off_h = off_h.to(tl.int64)
+    # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
+    start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -135,9 +127,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
     v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
-    slope_log2 = 0.0
-    if HAS_ALIBI:
-        slope_log2 = tl.load(SLOPES + off_b * stride_slope_b + off_h) * 1.4426950408889634
+    slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
 
     bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
     row_base = off_h * seqlen_q                                         # dropout counters
@@ -208,7 +198,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     if HAS_DROPOUT:
         out = out * (1.0 / (1.0 - dropout_p))
-    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2_K)
     row_ok = offs_m < seqlen_q
     tl.store(LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, lse, mask=row_ok)
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh + (q_start + offs_m[:, None]) * stride_os

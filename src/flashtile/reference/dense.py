@@ -30,6 +30,16 @@ def visible_mask(q_idx: torch.Tensor, kv_idx: torch.Tensor, seqlen_q: int, seqle
     return keep
 
 
+def sum_to_shape(grad: torch.Tensor, shape) -> torch.Tensor:
+    """Reduce a ``(b, h, sq, sk)`` gradient to a tensor that broadcast to it from ``shape`` (up
+    to 4 dims, right-aligned): sum over the broadcast dimensions, then drop the leading ones."""
+    full = (1,) * (4 - len(shape)) + tuple(shape)
+    dims = [i for i in range(4) if full[i] == 1 and grad.shape[i] != 1]
+    if dims:
+        grad = grad.sum(dim=dims, keepdim=True)
+    return grad.reshape(shape)
+
+
 def alibi_bias(slopes: torch.Tensor, batch: int, nheads: int, q_idx: torch.Tensor,
                kv_idx: torch.Tensor, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
     """flash-attn's ALiBi bias ``-slope * |i + sk - sq - j|`` as ``(batch, nheads, *idx_shape)``."""

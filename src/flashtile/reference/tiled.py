@@ -39,7 +39,7 @@ import torch
 
 from ..masks import BlockMask
 from ..params import AttentionParams
-from .dense import alibi_bias, visible_mask
+from .dense import alibi_bias, sum_to_shape, visible_mask
 from .philox import dropout_keep
 
 _NEG_INF = float("-inf")
@@ -378,13 +378,8 @@ def _accumulate_bias_grad(dbias: torch.Tensor, ds: torch.Tensor, start: int, end
     """Add one chunk's ``dS`` ``(b, hq, sq, n)`` (the bias is added to the final score, so its
     gradient is dS) into ``dbias``, summed over the dimensions along which the bias broadcasts."""
     full = dbias[(None,) * (4 - dbias.dim())]                           # (b|1, h|1, sq|1, sk|1)
-    dims = [i for i in range(3) if full.shape[i] == 1 and ds.shape[i] != 1]
-    if dims:
-        ds = ds.sum(dim=dims, keepdim=True)
-    if full.shape[3] == 1:
-        full += ds.sum(dim=3, keepdim=True).to(full.dtype)
-    else:
-        full[..., start:end] += ds.to(full.dtype)
+    keys = slice(None) if full.shape[3] == 1 else slice(start, end)
+    full[..., keys] += sum_to_shape(ds, full[..., keys].shape).to(full.dtype)
 
 
 # --------------------------------------------------------------------------------------------
