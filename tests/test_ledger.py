@@ -68,7 +68,7 @@ def test_standard_bytes_scale_with_batch_heads_and_n_squared():
 
 def test_flops_forward_and_backward():
     w = Workload(batch=2, nheads=4, seqlen_q=256, headdim=32)
-    r = estimate(w, H200)
+    r = estimate(w, H200, TileConfig(backward="two-pass"))
     fwd = 4 * 2 * 4 * 256 * 256 * 32
     assert r.standard_flops_fwd == r.tiled_flops_fwd == conventional_flops(w, "fwd") == fwd
     assert r.standard_flops_bwd == 2 * fwd                      # dV, dP, dQ, dK
@@ -121,7 +121,7 @@ def test_tile_loads_match_brute_force_visibility(sq, sk, bm, bn):
 # --------------------------------------------------------------------------------------------
 
 def test_tiled_forward_counts_every_pass():
-    tiles = TileConfig()                                        # fwd 128 x 64
+    tiles = TileConfig(backward="two-pass")                     # fwd 128 x 64
     r = estimate(one_head(), H200, tiles)
     (fwd,) = r.tiled_fwd
     passes = N // tiles.fwd_block_m                             # K/V read once per query block
@@ -138,9 +138,23 @@ def test_tiled_forward_counts_every_pass():
     assert dq.write == NDE
 
 
+def test_atomic_backward_trades_the_dq_pass_for_dq_traffic():
+    tiles = TileConfig(backward="atomic")
+    r = estimate(one_head(), H200, tiles)
+    names = [t.name.split(" ")[0] for t in r.tiled_bwd]
+    assert names == ["backward", "dK/dV", "dQ", "dQ"]           # preprocess, pass, zero, convert
+    _, dkdv, zero, conv = r.tiled_bwd
+    per_q_row = 2 * D * E + 8
+    q_rows = (N // tiles.dkdv_block_n) * N                      # query rows loaded, all passes
+    assert dkdv.read == 2 * NDE + q_rows * per_q_row + q_rows * D * 4
+    assert dkdv.write == 2 * NDE + q_rows * D * 4               # float32 read-modify-write
+    assert zero.write == N * D * 4 and conv.read == N * D * 4 and conv.write == NDE
+
+
 @pytest.mark.interpreter
+@pytest.mark.parametrize("mode", ["atomic", "two-pass"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_tile_loads_equal_the_bytes_the_kernels_load(causal, monkeypatch):
+def test_tile_loads_equal_the_bytes_the_kernels_load(causal, mode, monkeypatch):
     """Byte for byte: the model's reads and writes per kernel equal what flashtile's Triton
     kernels load and store, counted under Triton's interpreter (ragged shapes, GQA, dv != d)."""
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
@@ -150,6 +164,7 @@ def test_tile_loads_equal_the_bytes_the_kernels_load(causal, monkeypatch):
     launches = []                                   # [kernel name, bytes loaded, bytes stored]
     call, load = interp.GridExecutor.__call__, interp.InterpreterBuilder.create_masked_load
     store = interp.InterpreterBuilder.create_masked_store
+    rmw = interp.InterpreterBuilder.create_atomic_rmw
 
     def nbytes(ptrs, mask):
         elements = int(np.broadcast_to(mask.data, ptrs.data.shape).sum())
@@ -166,10 +181,17 @@ def test_tile_loads_equal_the_bytes_the_kernels_load(causal, monkeypatch):
     def counting_store(self, ptrs, value, mask, *args):
         launches[-1][2] += nbytes(ptrs, mask)
         return store(self, ptrs, value, mask, *args)
+
+    def counting_rmw(self, op, ptrs, value, mask, *args):   # an atomic add reads and writes
+        launches[-1][1] += nbytes(ptrs, mask)
+        launches[-1][2] += nbytes(ptrs, mask)
+        return rmw(self, op, ptrs, value, mask, *args)
     monkeypatch.setattr(interp.GridExecutor, "__call__", counting_call)
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_atomic_rmw", counting_rmw)
     monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_load", counting_load)
     monkeypatch.setattr(interp.InterpreterBuilder, "create_masked_store", counting_store)
 
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", mode)
     b, sq, sk, hq, hkv, d, dv = 2, 40, 56, 4, 2, 16, 8
     q = torch.randn(b, sq, hq, d, requires_grad=True)
     k = torch.randn(b, sk, hkv, d, requires_grad=True)
@@ -181,12 +203,14 @@ def test_tile_loads_equal_the_bytes_the_kernels_load(causal, monkeypatch):
     finally:
         flashtile.set_backend(None)
     tiles = measure.autotuned_tiles()               # the interpreter pins 16 x 16 tiles
-    assert tiles is not None
+    assert tiles is not None and tiles.backward == mode
     w = Workload(batch=b, nheads=hq, nheads_kv=hkv, seqlen_q=sq, seqlen_k=sk, headdim=d,
                  headdim_v=dv, dtype_bytes=4, causal=causal)
     r = estimate(w, H200, tiles)
-    model = [(t.read, t.write) for t in r.tiled_fwd + r.tiled_bwd]
-    # launch order: forward, then the preprocess, dK/dV and dQ kernels of the backward
+    # Triton launches only: the atomic mode's zero-fill and fp32 -> dtype copy are torch ops.
+    model = [(t.read, t.write) for t in r.tiled_fwd + r.tiled_bwd
+             if not t.name.startswith(("dQ accumulator", "dQ float32"))]
+    # launch order: forward, then the preprocess, dK/dV (and dQ) kernels of the backward
     assert [(rd, wr) for _, rd, wr in launches] == model, launches
 
 
@@ -229,7 +253,7 @@ def test_theta_d_squared_over_m_with_blocks_from_sram():
 
 def test_dram_model_between_compulsory_and_tile_loads():
     w = Workload(batch=64, nheads=16, seqlen_q=1024, headdim=64)
-    r = estimate(w, H200)
+    r = estimate(w, H200, TileConfig(backward="two-pass"))
     nd = 64 * 16 * 1024 * 64 * E
     stats = 64 * 16 * 1024 * 4
     assert r.tiled_dram_bytes_fwd == 4 * nd + stats            # Q, K, V read; O, LSE written
@@ -253,7 +277,7 @@ def test_density_scales_the_n2_term_only():
 
 def test_extra_memory_n_squared_vs_n():
     w = Workload(batch=2, nheads=4, seqlen_q=2048, headdim=64)
-    r = estimate(w, H200)
+    r = estimate(w, H200, TileConfig(backward="two-pass"))
     ss, nd = 2 * 4 * 2048 * 2048 * E, 2 * 4 * 2048 * 64 * E
     assert r.standard_memory_peak == 3 * ss + 2 * nd           # P, dP, dS + O, dV
     assert r.tiled_memory_peak == nd + 2 * (2 * 4 * 2048 * 4) + 3 * nd   # O, LSE, D, dQ, dK, dV

@@ -4,20 +4,28 @@ With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
 
     dV = P^T dO      dP = dO V^T      dS = P * (dP - D)      dQ = dS K * scale      dK = dS^T Q * scale
 
-Three launches, no atomics (so every gradient is bitwise reproducible):
-
 1. ``_bwd_preprocess``: ``D`` for every query row.
 2. ``_bwd_dkdv_kernel``: one program per (KV tile, batch, KV head); K and V stay in SRAM while the
    program walks the query tiles that see them, for every query head of its GQA group, so dK/dV of
-   a KV head are summed in registers instead of through atomics.
-3. ``_bwd_dq_kernel``: one program per (query tile, batch, query head); Q, dO, LSE and D stay in
-   SRAM while it walks the visible K/V tiles (the forward's loop).
+   a KV head are summed in registers instead of through atomics. It works on ``S^T`` tiles (see
+   :func:`_dkdv_tiles`).
+3. dQ, one of two ways:
+
+   - *one pass* (default): the same program also computes each tile's ``dS K`` and adds it to an
+     fp32 dQ buffer with relaxed atomics: 5 tile matmuls per visited tile (the minimum);
+   - *two passes* (``deterministic=True``): ``_bwd_dq_kernel``, one program per (query tile,
+     batch, query head), walks the visible K/V tiles like the forward and recomputes ``P`` and
+     ``dP``: 7 matmuls per tile, but no atomics, so dQ is bitwise reproducible too.
+
+   dK and dV never use atomics: bitwise reproducible either way.
 
 Notation as in ``common.py``; ``lse2`` is the LSE in the log2 domain, ``+inf`` for rows that see
 no key so that their recomputed ``P`` is exactly 0.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -72,55 +80,71 @@ def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
 
 
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs, stride_dos,
-                start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
-                row_base, seed, rng_offset, dropout_p, bias_base, dbias_base, stride_bm,
-                stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                stride_dqs, start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q,
+                seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
                 HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
                 HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
                 HAS_DBIAS: tl.constexpr, SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
-                MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr, PRECISION: tl.constexpr):
-    """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head."""
+                MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                PRECISION: tl.constexpr):
+    """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head
+    (and with ``ATOMIC_DQ`` add each tile's ``dS K`` into the fp32 dQ buffer).
+
+    Works on transposed tiles, ``S^T = K Q^T`` of shape ``(BLOCK_N, BLOCK_M)``: then
+    ``dV += P^T dO`` and ``dK += dS^T Q`` take the register tile as the left operand as it is,
+    instead of transposing a probability tile through shared memory twice per step."""
+    cols = offs_n[:, None]
     for start_m in range(start, stop, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
+        rows = offs_m[None, :]
         q = _load_rows(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d)
         do = _load_rows(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv)
         lse2, Di = _row_stats(LSE_row, D_row, offs_m, seqlen_q)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        p, t, g = bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_left,
-                            window_right, slope_log2, qk_scale, softcap_log2, bias_base,
-                            stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, MASKED,
-                            HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, BIAS_BOOL,
-                            SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
-        p_used = p
+        qk_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)        # (BLOCK_N, BLOCK_M)
+        p_t, t, g = bwd_probs(qk_t, lse2[None, :], rows, cols, seqlen_q, seqlen_k, diag_off,
+                              window_left, window_right, slope_log2, qk_scale, softcap_log2,
+                              bias_base, stride_bm, stride_bn, off_b, off_h, sm_args, mm_args,
+                              MASKED, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS,
+                              BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
+        p_used = p_t
         if HAS_DROPOUT:
             # Regenerate the forward's mask; O = (P * Z / (1 - p)) V, so dV uses the dropped P
             # and dP flows back through the same mask.
-            keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
-                                  dropout_p)
-            p_used = tl.where(keep_d, p * (1.0 / (1.0 - dropout_p)), 0.0)
-        dv = tl.dot(tl.trans(p_used.to(do.dtype)), do, dv, input_precision=PRECISION)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+            keep_d = dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k, dropout_p)
+            p_used = tl.where(keep_d, p_t * (1.0 / (1.0 - dropout_p)), 0.0)
+        dv = tl.dot(p_used.to(do.dtype), do, dv, input_precision=PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         if HAS_DROPOUT:
-            dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
-        ds = p * (dp - Di[:, None])
+            dp_t = tl.where(keep_d, dp_t * (1.0 / (1.0 - dropout_p)), 0.0)
+        ds_t = p_t * (dp_t - Di[None, :])
         if HAS_DBIAS:
             # The bias is added to the final score, so its gradient is dS itself; each (row,
             # key) pair of a head is visited exactly once here.
-            tl.store(dbias_base + offs_m[:, None] * stride_dbm + offs_n[None, :], ds,
-                     mask=(offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k))
-        ds = chain_ds(ds, t, g, HAS_SCORE_MOD, HAS_SOFTCAP)
-        dk = tl.dot(tl.trans(ds.to(q.dtype)), q, dk, input_precision=PRECISION)
+            tl.store(dbias_base + rows * stride_dbm + cols, ds_t,
+                     mask=(rows < seqlen_q) & (cols < seqlen_k))
+        ds_t = chain_ds(ds_t, t, g, HAS_SCORE_MOD, HAS_SOFTCAP).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk, input_precision=PRECISION)
+        if ATOMIC_DQ:
+            # One pass instead of two: this tile's share of dQ goes straight to an fp32
+            # buffer. Relaxed order is enough (only the sum matters); the sum's rounding
+            # then depends on arrival order, hence ``deterministic=True`` keeps two passes.
+            dq = tl.dot(tl.trans(ds_t), k, input_precision=PRECISION)  # (BLOCK_M, HEAD_D)
+            tl.atomic_add(dq_base + offs_m[:, None] * stride_dqs + offs_d[None, :], dq * sm_scale,
+                          mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d),
+                          sem="relaxed")
     return dk, dv
 
 
 @triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
+def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS,
                      stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                      stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                      stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
+                     stride_dqb, stride_dqs, stride_dqh,
                      stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
                      seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
                      qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
@@ -136,7 +160,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
                      SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
                      MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr,
                      MASK_BQ: tl.constexpr, MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr,
-                     PRECISION: tl.constexpr):
+                     ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
     # Sparse mode reads the BlockMask's transposed lists: for this key block, the query blocks
     # that see it (KV_NUM/KV_IDX hold q_num_blocks/q_indices here; rows = key blocks).
     pid = tl.program_id(0)
@@ -168,6 +192,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
         off_h = off_hkv * group + gi
         q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
         do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos
+        dq_base = DQ_ACC + off_b * stride_dqb + off_h * stride_dqh + q_start * stride_dqs
         row_base = off_h * seqlen_q
         LSE_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start
         D_row = Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start
@@ -178,49 +203,55 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, SLOPES, BIAS, DBIAS,
             row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_n // MASK_BKV
             for i in range(0, tl.load(KV_NUM + row)):
                 lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BQ
-                dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                                     stride_dos, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
-                                     seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                                     slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                                     dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                                     off_b, off_h, sm_args, mm_args, BLOCK_M, True, HAS_LEFT,
-                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                                     HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
+                dk, dv = _dkdv_tiles(
+                    dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                    stride_dqs, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
+                    seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                    softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
+                    stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
+                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                    BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                    ATOMIC_DQ, PRECISION)
             for i in range(0, tl.load(FULL_KV_NUM + row)):
                 lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BQ
-                dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                                     stride_dos, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
-                                     seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                                     slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                                     dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                                     off_b, off_h, sm_args, mm_args, BLOCK_M, False, HAS_LEFT,
-                                     HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                                     HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False, PRECISION)
+                dk, dv = _dkdv_tiles(
+                    dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                    stride_dqs, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
+                    seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                    softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
+                    stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
+                    False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                    BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
+                    ATOMIC_DQ, PRECISION)
         else:
-            dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                                 stride_dos, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
-                                 seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                                 slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                                 dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                                 off_b, off_h, sm_args, mm_args, BLOCK_M, True, HAS_LEFT,
-                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                                 HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
-            dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                                 stride_dos, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
-                                 seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                                 slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                                 dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                                 off_b, off_h, sm_args, mm_args, BLOCK_M, False, HAS_LEFT,
-                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                                 HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
-            dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE_row, D_row, stride_qs,
-                                 stride_dos, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
-                                 seqlen_q, seqlen_k, diag_off, window_left, window_right,
-                                 slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
-                                 dropout_p, bias_base, dbias_base, stride_bm, stride_bn, stride_dbm,
-                                 off_b, off_h, sm_args, mm_args, BLOCK_M, True, HAS_LEFT,
-                                 HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
-                                 HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, PRECISION)
+            # masked [a, b), full [b, c), masked [c, d): only band-crossing tiles test the mask
+            dk, dv = _dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                stride_dqs, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
+                seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
+                stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
+                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                ATOMIC_DQ, PRECISION)
+            dk, dv = _dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                stride_dqs, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
+                seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
+                stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
+                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                ATOMIC_DQ, PRECISION)
+            dk, dv = _dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                stride_dqs, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
+                seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
+                stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
+                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                ATOMIC_DQ, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
     cols = k_start + offs_n[:, None]
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + cols * stride_dks
@@ -242,20 +273,21 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
               SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
               USE_MASK_MOD: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
+    rows = offs_m[:, None]
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = _load_rows(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d)
         v = _load_rows(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv)
+        cols = offs_n[None, :]
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        p, t, g = bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_left,
+        p, t, g = bwd_probs(qk, lse2[:, None], rows, cols, seqlen_q, seqlen_k, diag_off, window_left,
                             window_right, slope_log2, qk_scale, softcap_log2, bias_base,
                             stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, MASKED,
                             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, BIAS_BOOL,
                             SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if HAS_DROPOUT:
-            keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
-                                  dropout_p)
+            keep_d = dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k, dropout_p)
             dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = chain_ds(p * (dp - Di[:, None]), t, g, HAS_SCORE_MOD, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
@@ -360,21 +392,46 @@ def _configs(gpu_shapes):
             for (m, n, w, s) in gpu_shapes]
 
 
-_KEY = ["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
+_KEY = ["ATOMIC_DQ", "HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
         "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ",
         "MASK_BKV", "PRECISION", "seq_bucket"]
+def _shapes(env: str, default):
+    """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` candidates; ``env`` may replace them
+    (``"64,128,8,2;32,128,4,3"``, for tuning sweeps). The first is the untuned default."""
+    value = os.environ.get(env)
+    if not value:
+        return default
+    return [tuple(int(x) for x in item.split(",")) for item in value.split(";") if item]
+
+
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
+# Atomic mode accumulates into DQ_ACC, so every timing run of the autotuner starts it from zero.
 _dkdv = triton.autotune(
-    configs=_configs([(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 2),
-                      (16, 64, 4, 2)]),
+    configs=_configs(_shapes("FLASHTILE_DKDV_SHAPES", [
+        (64, 128, 8, 2), (32, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2),
+        (16, 64, 4, 2)])),
     key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
+    reset_to_zero=["DQ_ACC"],
 )(_bwd_dkdv_kernel)
 # dQ keeps a query tile resident and streams KV tiles: the forward's shape.
 _dq = triton.autotune(
-    configs=_configs([(128, 32, 4, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2),
-                      (32, 64, 4, 2)]),
+    configs=_configs(_shapes("FLASHTILE_DQ_SHAPES", [
+        (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2),
+        (32, 64, 4, 2)])),
     key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
 )(_bwd_dq_kernel)
+
+
+def dq_mode(deterministic: bool = False) -> str:
+    """``"atomic"`` (one pass, dQ summed with atomic adds) or ``"two-pass"`` (bitwise
+    reproducible dQ). ``deterministic=True`` always takes two passes; otherwise
+    ``FLASHTILE_BWD_DQ=atomic|two-pass`` may choose (benchmarks compare both), default atomic."""
+    if deterministic:
+        return "two-pass"
+    choice = os.environ.get("FLASHTILE_BWD_DQ", "atomic")
+    if choice not in ("atomic", "two-pass"):
+        raise ValueError(f"FLASHTILE_BWD_DQ must be 'atomic' or 'two-pass', got {choice!r}")
+    return choice
 
 
 def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
@@ -430,17 +487,26 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                             device=q.device)
     dbias_arg = dbias if dbias is not None else lse
     dbias_strides = dbias.stride()[:3] if dbias is not None else (0, 0, 0)
+    atomic = dq_mode(params.deterministic) == "atomic"
+    # One-pass mode adds dQ into an fp32 buffer (zeros: it is an accumulator).
+    # (Two-pass mode passes a one-element dummy: the autotuner zeroes DQ_ACC between timings.)
+    dq_acc = torch.zeros(dq4.shape if atomic else (1,), dtype=torch.float32, device=q.device)
+    dq_acc_strides = strides(dq_acc, varlen) if atomic else (0, 0, 0)
     _dkdv[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
-        q, k, v, dout, lse, dsum, dk4, dv4, slopes_arg, bias_ptr, dbias_arg,
+        q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dk4, varlen), *strides(dv4, varlen), *sizes, **common, **bias,
+        *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes, **common, **bias,
         **sparse_args(params, seqlen_q, lse, "q"),
         stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1], stride_dbm=dbias_strides[2],
-        HAS_DBIAS=need_bias_grad)
-    _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
-        q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
-        *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dq4, varlen), *sizes, **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"))
+        HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic)
+    if atomic:
+        dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
+    else:
+        _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
+            q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
+            *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
+            *strides(dout, varlen), *strides(dq4, varlen), *sizes, **common, **bias,
+            **sparse_args(params, seqlen_k, lse, "kv"))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

@@ -79,6 +79,10 @@ def prune_configs(configs, named_args, **kwargs):
         fit = [c for c in keep if bq % c.kwargs["BLOCK_M"] == 0 and bkv % c.kwargs["BLOCK_N"] == 0]
         keep = fit or [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16},
                                      num_warps=4, num_stages=2)]
+    pick = os.environ.get("FLASHTILE_CONFIG_PICK")
+    if pick:
+        # Compile-cache warming (scripts/bwd_sweep.py --warm-procs): process i compiles config i.
+        return keep[int(pick) % len(keep):][:1]
     return keep if autotune_enabled() else keep[:1]
 
 
@@ -232,35 +236,38 @@ def row_ranges(col_lo, col_hi, seqlen_q, diag_off, window_left, window_right,
 
 
 @triton.jit
-def band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+def band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
-    """``(BLOCK_M, BLOCK_N)`` bool: inside the band and before the end of the keys."""
-    keep = offs_n[None, :] < seqlen_k
+    """Bool tile: inside the band and before the end of the keys. ``rows``/``cols``: query and
+    key positions as broadcastable index tiles, ``(BLOCK_M, 1)``/``(1, BLOCK_N)`` for an
+    ``S`` tile or ``(1, BLOCK_M)``/``(BLOCK_N, 1)`` for an ``S^T`` tile (every helper below
+    takes them so, and works in either orientation)."""
+    keep = cols < seqlen_k
     if HAS_LEFT:
-        keep = keep & (offs_n[None, :] >= offs_m[:, None] + diag_off - window_left)
+        keep = keep & (cols >= rows + diag_off - window_left)
     if HAS_RIGHT:
-        keep = keep & (offs_n[None, :] <= offs_m[:, None] + diag_off + window_right)
+        keep = keep & (cols <= rows + diag_off + window_right)
     return keep
 
 
 @triton.jit
-def dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k, dropout_p):
-    """``(BLOCK_M, BLOCK_N)`` bool, True where dropout keeps the probability. Philox counter of
-    position (row, key) = ``rng_offset + (row_base + row) * seqlen_k + key`` with
+def dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k, dropout_p):
+    """Bool tile, True where dropout keeps the probability. Philox counter of position
+    (row, key) = ``rng_offset + (row_base + row) * seqlen_k + key`` with
     ``row_base = (b * nheads + h) * seqlen_q``: the same numbers ``reference/philox.py`` draws,
     so the torch path and the kernels drop the same positions, and the backward regenerates the
     forward's mask instead of storing it."""
-    counters = rng_offset + (row_base + offs_m[:, None]) * seqlen_k + offs_n[None, :]
+    counters = rng_offset + (row_base + rows) * seqlen_k + cols
     return tl.rand(seed, counters) >= dropout_p
 
 
 @triton.jit
-def add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q, seqlen_k,
+def add_bias(s2, bias_base, stride_bm, stride_bn, rows, cols, seqlen_q, seqlen_k,
              BIAS_BOOL: tl.constexpr):
     """SDPA's ``attn_mask`` on a log2-domain score tile: bool (True = keep) or additive float.
     The mask tensor is read through broadcast strides (0 along broadcast dims), never copied."""
-    inside = (offs_m[:, None] < seqlen_q) & (offs_n[None, :] < seqlen_k)
-    ptrs = bias_base + offs_m[:, None] * stride_bm + offs_n[None, :] * stride_bn
+    inside = (rows < seqlen_q) & (cols < seqlen_k)
+    ptrs = bias_base + rows * stride_bm + cols * stride_bn
     if BIAS_BOOL:
         keep = tl.load(ptrs, mask=inside, other=0) != 0
         s2 = tl.where(keep, s2, float("-inf"))
@@ -282,31 +289,30 @@ def bias_args(params, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, fal
 
 
 @triton.jit
-def bwd_probs(qk, lse2, offs_m, offs_n, seqlen_q, seqlen_k, diag_off, window_left, window_right,
+def bwd_probs(qk, lse2, rows, cols, seqlen_q, seqlen_k, diag_off, window_left, window_right,
               slope_log2, qk_scale, softcap_log2, bias_base, stride_bm, stride_bn, off_b, off_h,
               sm_args, mm_args, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
               HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
               HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
               HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr):
     """Recompute ``P = exp(S - LSE)`` for one tile exactly as the forward built ``S`` (scale,
-    softcap, ALiBi, score_mod, bias, mask_mod, band). Returns ``(p, t, g)``: the softcap tanh
-    and ``d score_mod / d score`` that :func:`chain_ds` needs."""
-    s2, t = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
+    softcap, ALiBi, score_mod, bias, mask_mod, band), in the orientation of ``qk`` (``lse2``
+    broadcast like ``rows``). Returns ``(p, t, g)``: the softcap tanh and
+    ``d score_mod / d score`` that :func:`chain_ds` needs."""
+    s2, t = scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale,
                         softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
     g = t
     if HAS_SCORE_MOD:
-        s_mod, g = SCORE_MOD(s2 * LN2_K, off_b, off_h, offs_m[:, None],
-                             offs_n[None, :], sm_args)
+        s_mod, g = SCORE_MOD(s2 * LN2_K, off_b, off_h, rows, cols, sm_args)
         s2 = s_mod * LOG2E_K
     if HAS_BIAS:
-        s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q, seqlen_k,
+        s2 = add_bias(s2, bias_base, stride_bm, stride_bn, rows, cols, seqlen_q, seqlen_k,
                       BIAS_BOOL)
     if USE_MASK_MOD:
-        s2 = tl.where(MASK_MOD(off_b, off_h, offs_m[:, None], offs_n[None, :], mm_args), s2,
-                      float("-inf"))
-    p = tl.math.exp2(s2 - lse2[:, None])
+        s2 = tl.where(MASK_MOD(off_b, off_h, rows, cols, mm_args), s2, float("-inf"))
+    p = tl.math.exp2(s2 - lse2)
     if MASKED:
-        keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+        keep = band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
                          HAS_LEFT, HAS_RIGHT)
         p = tl.where(keep, p, 0.0)
     return p, t, g
@@ -376,7 +382,7 @@ def tanh(x):
 
 
 @triton.jit
-def scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale, softcap_log2,
+def scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale, softcap_log2,
                 HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr):
     """Raw ``q . k`` -> log2-domain score (scale, softcap, ALiBi). Returns ``(s2, tanh_or_0)``;
     the tanh is kept for the softcap gradient ``1 - tanh^2``."""
@@ -387,7 +393,7 @@ def scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale, so
         t = qk
         s2 = qk * qk_scale
     if HAS_ALIBI:
-        dist = offs_m[:, None] + (seqlen_k - seqlen_q) - offs_n[None, :]
+        dist = rows + (seqlen_k - seqlen_q) - cols
         dist = tl.where(dist < 0, -dist, dist)
         s2 = s2 - slope_log2 * dist.to(tl.float32)
     return s2, t

@@ -95,10 +95,10 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
         else:
             k = tl.load(k_ptrs, mask=offs_d[None, :] < head_d, other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        s2, _ = scores_log2(qk, offs_i, offs_n, seqlen_q, key_end, slope_log2, qk_scale,
+        s2, _ = scores_log2(qk, offs_i[:, None], offs_n[None, :], seqlen_q, key_end, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
         if MASKED:
-            keep = band_mask(offs_i, offs_n, key_end, diag_off, window_left, window_right,
+            keep = band_mask(offs_i[:, None], offs_n[None, :], key_end, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             keep = keep & (offs_n >= key_start)[None, :]
             s2 = tl.where(keep, s2, float("-inf"))

@@ -43,6 +43,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
     the compiled score_mod (both from :mod:`flashtile.codegen`)."""
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
+        rows = offs_m[:, None]
+        cols = offs_n[None, :]
         k_mask = offs_d[None, :] < head_d
         v_mask = offs_dv[None, :] < head_dv
         if MASKED:
@@ -55,19 +57,18 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         else:
             k = tl.load(k_ptrs)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        s2, _ = scores_log2(qk, offs_m, offs_n, seqlen_q, seqlen_k, slope_log2, qk_scale,
+        s2, _ = scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
         if HAS_SCORE_MOD:
-            s2 = SCORE_MOD(s2 * LN2_K, off_b, off_h, offs_m[:, None],
-                           offs_n[None, :], sm_args) * LOG2E_K
+            s2 = SCORE_MOD(s2 * LN2_K, off_b, off_h, rows, cols, sm_args) * LOG2E_K
         if HAS_BIAS:
-            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, offs_m, offs_n, seqlen_q,
+            s2 = add_bias(s2, bias_base, stride_bm, stride_bn, rows, cols, seqlen_q,
                           seqlen_k, BIAS_BOOL)
         if USE_MASK_MOD:
-            s2 = tl.where(MASK_MOD(off_b, off_h, offs_m[:, None], offs_n[None, :], mm_args),
+            s2 = tl.where(MASK_MOD(off_b, off_h, rows, cols, mm_args),
                           s2, float("-inf"))
         if MASKED:
-            keep = band_mask(offs_m, offs_n, seqlen_k, diag_off, window_left, window_right,
+            keep = band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             s2 = tl.where(keep, s2, float("-inf"))
         if MASKED or HAS_BIAS or USE_MASK_MOD or HAS_SCORE_MOD:
@@ -88,7 +89,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
-            p = tl.where(dropout_keep(seed, rng_offset, row_base, offs_m, offs_n, seqlen_k,
+            p = tl.where(dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k,
                                       dropout_p), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new

@@ -214,6 +214,8 @@ def autotuned_tiles(base: Optional[TileConfig] = None) -> Optional[TileConfig]:
             changes[m_name], changes[n_name] = int(kwargs["BLOCK_M"]), int(kwargs["BLOCK_N"])
         except (KeyError, TypeError, ValueError):
             continue
+    if changes and bwd is not None:
+        changes["backward"] = bwd.dq_mode()
     return (base or TileConfig()).with_(**changes) if changes else None
 
 

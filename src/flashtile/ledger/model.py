@@ -207,7 +207,12 @@ class TileConfig:
     Forward: a grid over query blocks of ``fwd_block_m`` rows; each program streams every
     visible K/V tile of ``fwd_block_n`` rows and writes O and LSE once.
 
-    Backward (``backward="two-pass"``, flashtile's kernels, no atomics):
+    Backward, ``backward="atomic"`` (flashtile's default, flash-attn 2 style): one pass over KV
+    blocks as the dK/dV pass below that also adds each tile's dQ share into a float32 buffer with
+    atomic adds (one fewer recomputation, more dQ traffic), plus the zero-fill and the float32 ->
+    dtype conversion of that buffer.
+
+    ``backward="two-pass"`` (flashtile with ``deterministic=True``, no atomics):
 
     - preprocess: ``D = rowsum(dO * O)`` (reads O, dO; writes D);
     - dK/dV pass: a grid over KV blocks of ``dkdv_block_n`` rows; each program keeps its K/V block
@@ -215,9 +220,6 @@ class TileConfig:
       of its GQA group, reading Q, dO, LSE and D, recomputing P and dS;
     - dQ pass: a grid over query blocks of ``dq_block_m`` rows; each loops over the visible KV
       blocks (``dq_block_n`` rows), reading K and V, recomputing P and dS (QK^T and dO V^T again).
-
-    ``backward="atomic"`` (flash-attn 2 style) is one pass over KV blocks that accumulates dQ in a
-    float32 buffer with atomic adds (one fewer recomputation, more dQ traffic).
 
     ``ctas_per_sm``: programs resident per SM (for the DRAM/L2 model).
     """
@@ -228,7 +230,7 @@ class TileConfig:
     dkdv_block_m: int = 64
     dq_block_m: int = 128
     dq_block_n: int = 64
-    backward: str = "two-pass"
+    backward: str = "atomic"
     preprocess: bool = True
     ctas_per_sm: int = 1
 
