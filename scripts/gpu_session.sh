@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
-#   steps: env tests smoke core full long ledger sparse features features2 quick
+#   steps: env tests smoke core full long ledger sparse features features2 quick bwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -63,6 +63,10 @@ PY
     features2) # part 2: block-sparse vs compiled flex, decode bandwidth
       python3 scripts/feature_bench.py --part sparse,decode --budget-s 540 --out "$OUT/features" \
         2>&1 | tee "$OUT/features-2.log" ;;
+    bwdsweep) # backward: atomic vs two-pass dQ x tile configs, vs cuDNN (scripts/bwd_sweep.py)
+      python3 scripts/bwd_sweep.py --headdims ${SWEEP_HEADDIMS:-64,128} \
+        --seqlens ${SWEEP_SEQLENS:-1024,4096,16384} --warm-procs ${SWEEP_WARM:-6} \
+        --out "$OUT/bwd-sweep" 2>&1 | tee "$OUT/bwd-sweep.log" | tail -40 ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
     core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2
