@@ -48,7 +48,7 @@ def test_library_masks_on_kernels(name, shape):
     b, sq, sk, hq, hkv, d, dv, block = shape
     with torch.device(DEVICE):                   # tensors the mask captures live with q/k/v
         mask_mod, B, H = F.MASKS[name](b, hq, sq, sk)
-    bm = create_block_mask(mask_mod, B, H, sq, sk, device="cpu", BLOCK_SIZE=block).to(DEVICE)
+    bm = create_block_mask(mask_mod, B, H, sq, sk, device=DEVICE, BLOCK_SIZE=block)
     q, k, v = _inputs(b, sq, sk, hq, hkv, d, dv)
     F._check(q, k, v, dict(mask_mod=mask_mod), block_mask=bm)
 

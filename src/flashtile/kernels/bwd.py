@@ -34,8 +34,8 @@ import triton.language as tl
 from ..reference.dense import sum_to_shape
 
 from .common import (LOG2E_K, NO_SPECIALIZE, alibi_slope_log2, alloc, bias_args, bwd_probs, cdiv,
-                     chain_ds, dot_precision, dropout_args, dropout_keep, interpreting, mod_args,
-                     padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds,
+                     chain_ds, dot_precision, dropout_args, dropout_keep, interpreting, load_tile,
+                     mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds,
                      seq_bucket, sparse_args, strides, tile_ranges, varlen_args, window_args)
 
 
@@ -65,12 +65,6 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, stride_ob, stride_os, stride_oh, stride_d
 
 
 @triton.jit
-def _load_rows(base, offs_m, stride, offs_d, seqlen_q, head_d):
-    return tl.load(base + offs_m[:, None] * stride + offs_d[None, :],
-                   mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
-
-
-@triton.jit
 def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
     """``lse2`` (+inf for rows that see no key) and ``D`` for a tile of query rows."""
     lse = tl.load(LSE_row + offs_m, mask=offs_m < seqlen_q, other=0.0)
@@ -90,7 +84,7 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
                 HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
                 HAS_DBIAS: tl.constexpr, SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
                 MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                PRECISION: tl.constexpr):
+                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head
     (and with ``ATOMIC_DQ`` add each tile's ``dS K`` into the fp32 dQ buffer).
 
@@ -101,8 +95,8 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
     for start_m in range(start, stop, BLOCK_M):
         offs_m = start_m + tl.arange(0, BLOCK_M)
         rows = offs_m[None, :]
-        q = _load_rows(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d)
-        do = _load_rows(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv)
+        q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
+        do = load_tile(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv, True, EVEN_DV)
         lse2, Di = _row_stats(LSE_row, D_row, offs_m, seqlen_q)
         qk_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)        # (BLOCK_N, BLOCK_M)
         p_t, t, g = bwd_probs(qk_t, lse2[None, :], rows, cols, seqlen_q, seqlen_k, diag_off,
@@ -160,7 +154,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                      SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
                      MASK_MOD: tl.constexpr, HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr,
                      MASK_BQ: tl.constexpr, MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr,
-                     ATOMIC_DQ: tl.constexpr, PRECISION: tl.constexpr):
+                     ATOMIC_DQ: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                     PRECISION: tl.constexpr):
     # Sparse mode reads the BlockMask's transposed lists: for this key block, the query blocks
     # that see it (KV_NUM/KV_IDX hold q_num_blocks/q_indices here; rows = key blocks).
     pid = tl.program_id(0)
@@ -178,10 +173,10 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
-    k = _load_rows(K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks, offs_n,
-                   stride_ks, offs_d, seqlen_k, head_d)
-    v = _load_rows(V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs, offs_n,
-                   stride_vs, offs_dv, seqlen_k, head_dv)
+    k = load_tile(K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks, offs_n,
+                  stride_ks, offs_d, seqlen_k, head_d, True, EVEN_D)
+    v = load_tile(V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs, offs_n,
+                  stride_vs, offs_dv, seqlen_k, head_dv, True, EVEN_DV)
     rng_offset = rng_offset + off_b * rng_stride_b
     dk = tl.zeros([BLOCK_N, HEAD_D], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DV], tl.float32)
@@ -211,7 +206,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                     stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
                     True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                     BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                    ATOMIC_DQ, PRECISION)
+                    ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
             for i in range(0, tl.load(FULL_KV_NUM + row)):
                 lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BQ
                 dk, dv = _dkdv_tiles(
@@ -222,7 +217,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                     stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
                     False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                     BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
-                    ATOMIC_DQ, PRECISION)
+                    ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
         else:
             # masked [a, b), full [b, c), masked [c, d): only band-crossing tiles test the mask
             dk, dv = _dkdv_tiles(
@@ -233,7 +228,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
                 True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                ATOMIC_DQ, PRECISION)
+                ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
                 stride_dqs, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
@@ -242,7 +237,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
                 False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                ATOMIC_DQ, PRECISION)
+                ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
                 stride_dqs, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
@@ -251,7 +246,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
                 True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                ATOMIC_DQ, PRECISION)
+                ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
     cols = k_start + offs_n[:, None]
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + cols * stride_dks
@@ -271,13 +266,14 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
               HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
               HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
               SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
-              USE_MASK_MOD: tl.constexpr, PRECISION: tl.constexpr):
+              USE_MASK_MOD: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+              PRECISION: tl.constexpr):
     """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
     rows = offs_m[:, None]
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = _load_rows(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d)
-        v = _load_rows(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv)
+        k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
+        v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
         cols = offs_n[None, :]
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         p, t, g = bwd_probs(qk, lse2[:, None], rows, cols, seqlen_q, seqlen_k, diag_off, window_left,
@@ -312,7 +308,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
                    HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                    HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
-                   MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PRECISION: tl.constexpr):
+                   MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, EVEN_D: tl.constexpr,
+                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr):
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
@@ -322,10 +319,10 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
-    q = _load_rows(Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs, offs_m,
-                   stride_qs, offs_d, seqlen_q, head_d)
-    do = _load_rows(DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos, offs_m,
-                    stride_dos, offs_dv, seqlen_q, head_dv)
+    q = load_tile(Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs, offs_m,
+                  stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
+    do = load_tile(DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos, offs_m,
+                   stride_dos, offs_dv, seqlen_q, head_dv, True, EVEN_DV)
     stats = off_b * stride_lse_b + off_h * stride_lse_h + q_start
     lse2, Di = _row_stats(LSE + stats, Dsum + stats, offs_m, seqlen_q)
     slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
@@ -346,7 +343,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                            seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                            sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                            HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                           MASK_MOD, HAS_MASK_MOD, PRECISION)
+                           MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
         for i in range(0, tl.load(FULL_KV_NUM + row)):
             lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BKV
             dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
@@ -355,7 +352,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                            seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                            sm_args, mm_args, BLOCK_N, FULL_BOUND, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                            HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                           MASK_MOD, False, PRECISION)
+                           MASK_MOD, False, EVEN_D, EVEN_DV, PRECISION)
     else:
         a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
                                  window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
@@ -365,21 +362,21 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                        sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, PRECISION)
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
         dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c,
                        offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                        sm_args, mm_args, BLOCK_N, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, PRECISION)
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
         dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d,
                        offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                        sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, PRECISION)
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
@@ -405,19 +402,19 @@ def _shapes(env: str, default):
 
 
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
+# Register pressure decides here (two (BLOCK_N, d) fp32 accumulators): at d=128 with 8 warps a
+# 32-row query tile fits without spills while 64 spills ~160 bytes (scripts/inspect_kernels.py).
 # Atomic mode accumulates into DQ_ACC, so every timing run of the autotuner starts it from zero.
 _dkdv = triton.autotune(
     configs=_configs(_shapes("FLASHTILE_DKDV_SHAPES", [
-        (64, 128, 8, 2), (32, 128, 4, 3), (64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2),
-        (16, 64, 4, 2)])),
+        (32, 128, 8, 2), (64, 128, 8, 2), (32, 128, 8, 3), (64, 128, 8, 3), (64, 64, 4, 3)])),
     key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
     reset_to_zero=["DQ_ACC"],
 )(_bwd_dkdv_kernel)
 # dQ keeps a query tile resident and streams KV tiles: the forward's shape.
 _dq = triton.autotune(
     configs=_configs(_shapes("FLASHTILE_DQ_SHAPES", [
-        (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2),
-        (32, 64, 4, 2)])),
+        (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 32, 4, 3)])),
     key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
 )(_bwd_dq_kernel)
 
@@ -472,7 +469,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     common = dict(
         **lay, **window_args(params), **score_args(params), **dropout_args(params),
         **mod_args(params, q.device, with_grad=True), sm_scale=params.softmax_scale, HEAD_D=HEAD_D,
-        HEAD_DV=HEAD_DV,
+        HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PRECISION=dot_precision(q.dtype))
     sizes = (stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
              seq_bucket(seqlen_q, seqlen_k))

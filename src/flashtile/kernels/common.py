@@ -34,7 +34,7 @@ LN2_K = tl.constexpr(LN2)
 
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
 # new sequence length or window recompiles all kernels. Strides stay specialised (alignment).
-NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "head_d", "head_dv", "seq_bucket",
+NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "seq_bucket",
                  "window_left", "window_right", "stride_slope_b", "seed", "rng_offset",
                  "rng_stride_b", "stride_lse_b", "stride_lse_h", "stride_bb", "stride_bh",
                  "stride_bm", "stride_bn", "mask_b", "mask_h", "mask_nq", "mask_nkv"]
@@ -141,6 +141,29 @@ def query_tile(nheads, group, seqlen_q, BLOCK_M: tl.constexpr):
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     return start_m, (bh // nheads).to(tl.int64), off_h.to(tl.int64), off_hkv
+
+
+@triton.jit
+def load_tile(base, offs_r, stride_r, offs_c, n_rows, n_cols, CHECK_ROWS: tl.constexpr,
+              EVEN_C: tl.constexpr):
+    """A ``(rows, cols)`` tile of a row-major matrix (``cols`` contiguous), 0 outside.
+
+    Masks only what can be out of bounds: with ``EVEN_C`` (the padded head dim is the real one)
+    no column test at all, so each thread keeps whole 16-byte vector loads. A column test
+    against a run-time ``n_cols`` would split them into 2-byte loads, which Triton's pipeliner
+    refuses to turn into asynchronous copies ("too small for pipelining"): the loop then waits
+    on every load. A row test is constant along a row and costs nothing of that."""
+    ptrs = base + offs_r[:, None] * stride_r + offs_c[None, :]
+    if CHECK_ROWS and EVEN_C:
+        tile = tl.load(ptrs, mask=offs_r[:, None] < n_rows, other=0.0)
+    elif CHECK_ROWS:
+        tile = tl.load(ptrs, mask=(offs_r[:, None] < n_rows) & (offs_c[None, :] < n_cols),
+                       other=0.0)
+    elif EVEN_C:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=offs_c[None, :] < n_cols, other=0.0)
+    return tile
 
 
 @triton.jit

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, add_bias, alibi_slope_log2, alloc, band_mask,
                      bias_args, cdiv, dot_precision, dropout_args, dropout_keep, env_block,
-                     interpreting, mod_args, padded_headdim, prune_configs, query_tile, score_args,
+                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile, score_args,
                      scores_log2, seq_bounds, seq_bucket, sparse_args, strides, tile_ranges,
                      varlen_args, window_args)
 
@@ -45,17 +45,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         offs_n = start_n + tl.arange(0, BLOCK_N)
         rows = offs_m[:, None]
         cols = offs_n[None, :]
-        k_mask = offs_d[None, :] < head_d
-        v_mask = offs_dv[None, :] < head_dv
-        if MASKED:
-            k_mask = k_mask & (offs_n[:, None] < seqlen_k)
-            v_mask = v_mask & (offs_n[:, None] < seqlen_k)
-        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :]
-        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :]
-        if MASKED or not EVEN_D:
-            k = tl.load(k_ptrs, mask=k_mask, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
+        k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
         s2, _ = scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
@@ -82,10 +72,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         p = tl.math.exp2(s2 - m_shift[:, None])
         alpha = tl.math.exp2(m_i - m_shift)                              # the discount
         l_i = l_i * alpha + tl.sum(p, 1)
-        if MASKED or not EVEN_DV:
-            v = tl.load(v_ptrs, mask=v_mask, other=0.0)
-        else:
-            v = tl.load(v_ptrs)
+        v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
@@ -124,8 +111,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
     q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
-    q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :],
-                mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d), other=0.0)
+    q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
     v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
     slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)

@@ -1,0 +1,153 @@
+"""Compile flashtile's kernels for Hopper (sm_90a) on a machine without a GPU, and read the result.
+
+Triton ships ``ptxas`` and ``cuobjdump``, so the whole pipeline up to SASS runs on the CPU: this
+tool drives the public API with CPU tensors, a stand-in driver reports an H100/H200 target, each
+kernel launch compiles (never runs) with the config given here, and the report lists per kernel:
+registers and spills (``ptxas -v``), shared memory, and SASS instruction counts that matter
+(``HGMMA`` = wgmma tensor-core ops, ``HMMA`` = the older mma path, ``LDL``/``STL`` = local-memory
+spill traffic, ``RED``/``ATOM`` = atomics), plus TTGIR layout conversions and shared-memory
+allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spent.
+
+    python3 scripts/inspect_kernels.py --d 128 --causal --fwd 128,64,8,3 --dkdv 64,128,8,3 \\
+        --dq 128,64,8,3 [--deterministic] [--dump /tmp/k]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "0")
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch                                                   # noqa: E402
+import triton                                                  # noqa: E402
+from triton.backends.compiler import GPUTarget                 # noqa: E402
+from triton.runtime import driver                              # noqa: E402
+
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+
+
+class HopperStandIn:
+    """Just enough of Triton's CUDA driver to compile for sm_90 without a device."""
+
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        return torch.device("cpu")
+
+
+def _config(text):
+    m, n, w, s = (int(x) for x in text.split(","))
+    return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+
+
+class Capture:
+    """Replaces an autotuner: ``tuner[grid](*args, **kw)`` compiles the kernel with ``config``."""
+
+    def __init__(self, name, tuner, config, sink):
+        self.name, self.fn, self.config, self.sink = name, tuner.fn, config, sink
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            kernel = self.fn.run(*args, grid=grid, warmup=True, **kwargs,
+                                 **self.config.all_kwargs())
+            self.sink.append((self.name, kernel))
+        return launch
+
+
+def ptxas_report(ptx: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.ptx"
+        path.write_text(ptx)
+        r = subprocess.run([str(BIN / "ptxas"), "-arch=sm_90a", "-v", str(path), "-o",
+                            str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
+        return " ".join(line.strip() for line in r.stderr.splitlines()
+                        if "registers" in line or "spill" in line)
+
+
+def sass_of(cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([str(BIN / "cuobjdump"), "-sass", str(path)], capture_output=True,
+                              text=True).stdout
+
+
+def summarize(name, kernel, dump: Path | None) -> None:
+    sass = sass_of(kernel.asm["cubin"])
+    ops = collections.Counter(re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)",
+                                         sass, re.M))
+    ttgir = kernel.asm["ttgir"]
+    print(f"== {name}: {ptxas_report(kernel.asm['ptx'])}; shared {kernel.metadata.shared} B")
+    keys = ("HGMMA", "HMMA", "LDL", "STL", "RED", "ATOM", "LDSM", "STS", "LDS", "LDGSTS",
+            "UTMALDG", "BAR", "SYNCS")
+    print("   SASS: " + ", ".join(f"{k} {sum(v for op, v in ops.items() if op.startswith(k))}"
+                                  for k in keys))
+    print(f"   TTGIR: convert_layout {ttgir.count('ttg.convert_layout')}, local_alloc "
+          f"{ttgir.count('ttg.local_alloc')}, warp_group_dot {ttgir.count('warp_group_dot ')}, "
+          f"async_copy {ttgir.count('async_copy_global_to_local')}, loops {ttgir.count('scf.for')}")
+    if dump:
+        dump.mkdir(parents=True, exist_ok=True)
+        for ext in ("ttgir", "ptx"):
+            (dump / f"{name}.{ext}").write_text(kernel.asm[ext])
+        (dump / f"{name}.sass").write_text(sass)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--d", type=int, default=128)
+    p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=0, help="default 2048 / d (the anchors' shape)")
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--deterministic", action="store_true", help="two-pass dQ")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    p.add_argument("--fwd", default="128,64,8,3")
+    p.add_argument("--dkdv", default="64,128,8,3")
+    p.add_argument("--dq", default="128,64,8,3")
+    p.add_argument("--dump", type=Path)
+    args = p.parse_args()
+
+    driver.set_active(HopperStandIn())
+    import flashtile
+    from flashtile.kernels import bwd, fwd
+    sink = []
+    fwd._fwd = Capture("fwd", fwd._fwd, _config(args.fwd), sink)
+    bwd._dkdv = Capture("dkdv", bwd._dkdv, _config(args.dkdv), sink)
+    bwd._dq = Capture("dq", bwd._dq, _config(args.dq), sink)
+    bwd._bwd_preprocess = Capture("preprocess", type("T", (), {"fn": bwd._bwd_preprocess})(),
+                                  triton.Config({}, num_warps=4, num_stages=1), [])
+
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    heads = args.heads or 2048 // args.d
+    q, k, v = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(3))
+    params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
+                                                  None, args.deterministic)
+    out, lse = torch.empty_like(q), torch.empty(1, heads, args.seqlen)
+    fwd.forward(q, k, v, params)
+    try:
+        bwd.backward(torch.randn_like(q), q, k, v, out, lse, params)
+    except Exception as e:             # the launches after the captured ones need real outputs
+        if not sink or sink[-1][0] == "fwd":
+            raise
+        print(f"(backward stopped after the captured launches: {type(e).__name__})")
+    for name, kernel in sink:
+        summarize(name, kernel, args.dump)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
