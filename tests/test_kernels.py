@@ -39,12 +39,11 @@ def make_qkv(b, sq, sk, hq, hkv, d, dv, dtype, device=DEVICE, strided=False):
 
 
 def check(b, sq, sk, hq, hkv, d, dv, dtype, *, causal=False, window=(-1, -1), softcap=0.0,
-          alibi=None, strided=False, scale=None, deterministic=False):
-    """Run forward+backward through the public API and compare everything with the budget.
-    ``deterministic`` picks the backward's dQ: two passes (True) or one atomic pass."""
+          alibi=None, strided=False, scale=None):
+    """Run forward+backward through the public API and compare everything with the budget."""
     q, k, v = make_qkv(b, sq, sk, hq, hkv, d, dv, dtype, strided=strided)
     kwargs = dict(causal=causal, window_size=window, softcap=softcap, alibi_slopes=alibi,
-                  softmax_scale=scale, deterministic=deterministic)
+                  softmax_scale=scale)
     params, _ = _flash_params(q, k, v, 0.0, scale, causal, window, softcap, alibi, False)
     q_in, k_in, v_in = (t.detach().clone().requires_grad_() for t in (q, k, v))
     snapshot = [t.detach().clone() for t in (q, k, v)]
@@ -81,16 +80,20 @@ SHAPES = [
     (1, 20, 20, 1, 1, 1, 1),       # head dim 1
 ]
 DTYPES = [torch.float32, torch.float16] if not GPU else [torch.float16, torch.bfloat16]
-# The backward's two dQ strategies (flashtile.kernels.bwd): both are checked everywhere below.
-DQ_MODES = pytest.mark.parametrize("deterministic", [False, True], ids=["dq-atomic", "dq-passes"])
 
 
-@DQ_MODES
+@pytest.fixture(params=["two-pass", "atomic"])
+def dq_mode(request, monkeypatch):
+    """The backward's two dQ strategies (flashtile.kernels.bwd), both checked below."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: shape_id(*s))
-def test_shapes(shape, causal, dtype, deterministic):
-    check(*shape, dtype, causal=causal, deterministic=deterministic)
+def test_shapes(shape, causal, dtype, dq_mode):
+    check(*shape, dtype, causal=causal)
 
 
 FEATURES = {
@@ -107,18 +110,17 @@ FEATURES = {
 }
 
 
-@DQ_MODES
 @pytest.mark.parametrize("feature", list(FEATURES), ids=list(FEATURES))
 @pytest.mark.parametrize("shape", [(2, 45, 38, 4, 2, 16, 16), (1, 38, 45, 2, 1, 24, 24)],
                          ids=lambda s: shape_id(*s))
-def test_features(shape, feature, deterministic):
+def test_features(shape, feature, dq_mode):
     opts = dict(FEATURES[feature])
     b, hq = shape[0], shape[3]
     if opts.get("alibi") == "h":
         opts["alibi"] = torch.rand(hq, device=DEVICE) * 0.5
     elif opts.get("alibi") == "bh":
         opts["alibi"] = torch.rand(b, hq, device=DEVICE) * 0.5
-    check(*shape, DTYPES[0], deterministic=deterministic, **opts)
+    check(*shape, DTYPES[0], **opts)
 
 
 @pytest.mark.parametrize("sq,sk,window", [(40, 16, (-1, 0)), (30, 10, (3, 3)), (60, 30, (2, 0))])
@@ -160,8 +162,9 @@ def test_backward_is_deterministic():
         assert torch.equal(a, b)
 
 
-def test_default_backward_reproduces_dk_dv():
-    """Without ``deterministic`` only dQ goes through atomics: dK and dV stay bitwise equal."""
+def test_atomic_backward_reproduces_dk_dv(monkeypatch):
+    """With the one-pass backward only dQ goes through atomics: dK and dV stay bitwise equal."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     q, k, v = make_qkv(2, 40, 52, 4, 2, 24, 24, DTYPES[0])
     dout = torch.randn(2, 40, 4, 24, dtype=DTYPES[0], device=DEVICE)
     grads = []

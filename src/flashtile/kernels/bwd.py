@@ -11,9 +11,9 @@ With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
    :func:`_dkdv_tiles`).
 3. dQ, one of two ways:
 
-   - *one pass* (default): the same program also computes each tile's ``dS K`` and adds it to an
+   - *one pass* (``FLASHTILE_BWD_DQ=atomic``): the same program also computes each tile's ``dS K`` and adds it to an
      fp32 dQ buffer with relaxed atomics: 5 tile matmuls per visited tile (the minimum);
-   - *two passes* (``deterministic=True``): ``_bwd_dq_kernel``, one program per (query tile,
+   - *two passes* (default, and always with ``deterministic=True``): ``_bwd_dq_kernel``, one program per (query tile,
      batch, query head), walks the visible K/V tiles like the forward and recomputes ``P`` and
      ``dP``: 7 matmuls per tile, but no atomics, so dQ is bitwise reproducible too.
 
@@ -402,30 +402,44 @@ def _shapes(env: str, default):
 
 
 # dK/dV keeps a KV tile resident and streams query tiles: tall KV tiles, short query tiles.
-# Register pressure decides here (two (BLOCK_N, d) fp32 accumulators): at d=128 with 8 warps a
-# 32-row query tile fits without spills while 64 spills ~160 bytes (scripts/inspect_kernels.py).
+# Register pressure decides here (two (BLOCK_N, d) fp32 accumulators; scripts/inspect_kernels.py
+# shows registers and spills per config). Measured on the H200 (docs/perf.md, bwd sweep):
+# 64x128 / 8 warps / 3 stages wins at d=128, 64x64 / 4 warps at d<=64; listed first per head
+# dim, they are also the untuned choice (FLASHTILE_AUTOTUNE=0).
 # Atomic mode accumulates into DQ_ACC, so every timing run of the autotuner starts it from zero.
+_DKDV_SHAPES = _shapes("FLASHTILE_DKDV_SHAPES", [
+    (64, 128, 8, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 2)])
+_SMALL_HEAD_FIRST = (64, 64, 4, 3)
+
+
+def _dkdv_prune(configs, named_args, **kwargs):
+    if max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64)) <= 64:
+        configs = sorted(configs, key=lambda c: (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"],
+                                                 c.num_warps, c.num_stages) != _SMALL_HEAD_FIRST)
+    return prune_configs(configs, named_args, **kwargs)
+
+
 _dkdv = triton.autotune(
-    configs=_configs(_shapes("FLASHTILE_DKDV_SHAPES", [
-        (32, 128, 8, 2), (64, 128, 8, 2), (32, 128, 8, 3), (64, 128, 8, 3), (64, 64, 4, 3)])),
-    key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
-    reset_to_zero=["DQ_ACC"],
+    configs=_configs(_DKDV_SHAPES), key=_KEY, cache_results=True,
+    prune_configs_by={"early_config_prune": _dkdv_prune}, reset_to_zero=["DQ_ACC"],
 )(_bwd_dkdv_kernel)
 # dQ keeps a query tile resident and streams KV tiles: the forward's shape.
 _dq = triton.autotune(
     configs=_configs(_shapes("FLASHTILE_DQ_SHAPES", [
-        (128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 3), (128, 128, 8, 2), (128, 32, 4, 3)])),
+        (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 32, 4, 3)])),
     key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
 )(_bwd_dq_kernel)
 
 
 def dq_mode(deterministic: bool = False) -> str:
-    """``"atomic"`` (one pass, dQ summed with atomic adds) or ``"two-pass"`` (bitwise
-    reproducible dQ). ``deterministic=True`` always takes two passes; otherwise
-    ``FLASHTILE_BWD_DQ=atomic|two-pass`` may choose (benchmarks compare both), default atomic."""
+    """``"two-pass"`` (default; bitwise reproducible dQ) or ``"atomic"`` (one pass, dQ summed
+    with atomic adds). ``FLASHTILE_BWD_DQ=atomic|two-pass`` chooses; ``deterministic=True``
+    always takes two passes. On the H200 two passes win from 4k tokens per sequence on (the
+    atomics cost more than the recomputation they save); one pass wins only for short causal
+    sequences (docs/perf.md, bwd sweep)."""
     if deterministic:
         return "two-pass"
-    choice = os.environ.get("FLASHTILE_BWD_DQ", "atomic")
+    choice = os.environ.get("FLASHTILE_BWD_DQ", "two-pass")
     if choice not in ("atomic", "two-pass"):
         raise ValueError(f"FLASHTILE_BWD_DQ must be 'atomic' or 'two-pass', got {choice!r}")
     return choice

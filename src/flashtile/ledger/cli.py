@@ -73,9 +73,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="backward blocks (default 128 64 128 64)")
     hw.add_argument("--blocks-from-sram", action="store_true",
                     help="the paper's rule: every block M / (4 d e) rows")
-    hw.add_argument("--backward", choices=("two-pass", "atomic"), default="atomic",
-                    help="backward structure (flashtile: one pass with atomic dQ; two-pass "
-                         "dK/dV + dQ with deterministic=True)")
+    hw.add_argument("--backward", choices=("two-pass", "atomic"), default="two-pass",
+                    help="backward structure (flashtile: two-pass dK/dV + dQ; one pass with "
+                         "atomic dQ under FLASHTILE_BWD_DQ=atomic)")
 
     run = parser.add_argument_group("what to do")
     run.add_argument("--measure", action="store_true",

@@ -207,12 +207,12 @@ class TileConfig:
     Forward: a grid over query blocks of ``fwd_block_m`` rows; each program streams every
     visible K/V tile of ``fwd_block_n`` rows and writes O and LSE once.
 
-    Backward, ``backward="atomic"`` (flashtile's default, flash-attn 2 style): one pass over KV
+    Backward, ``backward="atomic"`` (flashtile with ``FLASHTILE_BWD_DQ=atomic``, flash-attn 2 style): one pass over KV
     blocks as the dK/dV pass below that also adds each tile's dQ share into a float32 buffer with
     atomic adds (one fewer recomputation, more dQ traffic), plus the zero-fill and the float32 ->
     dtype conversion of that buffer.
 
-    ``backward="two-pass"`` (flashtile with ``deterministic=True``, no atomics):
+    ``backward="two-pass"`` (flashtile's default, no atomics):
 
     - preprocess: ``D = rowsum(dO * O)`` (reads O, dO; writes D);
     - dK/dV pass: a grid over KV blocks of ``dkdv_block_n`` rows; each program keeps its K/V block
@@ -230,7 +230,7 @@ class TileConfig:
     dkdv_block_m: int = 64
     dq_block_m: int = 128
     dq_block_n: int = 64
-    backward: str = "atomic"
+    backward: str = "two-pass"
     preprocess: bool = True
     ctas_per_sm: int = 1
 
