@@ -25,6 +25,7 @@ no key so that their recomputed ``P`` is exactly 0.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -407,8 +408,10 @@ def _shapes(env: str, default):
 # 64x128 / 8 warps / 3 stages wins at d=128, 64x64 / 4 warps at d<=64; listed first per head
 # dim, they are also the untuned choice (FLASHTILE_AUTOTUNE=0).
 # Atomic mode accumulates into DQ_ACC, so every timing run of the autotuner starts it from zero.
+# The last entry of each list fits any head dim up to 256 (the fallback when nothing else does).
 _DKDV_SHAPES = _shapes("FLASHTILE_DKDV_SHAPES", [
-    (64, 128, 8, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 2)])
+    (64, 128, 8, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2), (32, 128, 8, 2),
+    (32, 64, 8, 2)])
 _SMALL_HEAD_FIRST = (64, 64, 4, 3)
 
 
@@ -416,7 +419,7 @@ def _dkdv_prune(configs, named_args, **kwargs):
     if max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64)) <= 64:
         configs = sorted(configs, key=lambda c: (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"],
                                                  c.num_warps, c.num_stages) != _SMALL_HEAD_FIRST)
-    return prune_configs(configs, named_args, **kwargs)
+    return prune_configs(configs, named_args, kind="dkdv", **kwargs)
 
 
 _dkdv = triton.autotune(
@@ -426,8 +429,10 @@ _dkdv = triton.autotune(
 # dQ keeps a query tile resident and streams KV tiles: the forward's shape.
 _dq = triton.autotune(
     configs=_configs(_shapes("FLASHTILE_DQ_SHAPES", [
-        (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 32, 4, 3)])),
-    key=_KEY, prune_configs_by={"early_config_prune": prune_configs}, cache_results=True,
+        (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 32, 4, 3),
+        (64, 64, 8, 2)])),
+    key=_KEY, prune_configs_by={"early_config_prune": functools.partial(prune_configs, kind="dq")},
+    cache_results=True,
 )(_bwd_dq_kernel)
 
 

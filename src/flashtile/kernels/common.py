@@ -67,12 +67,40 @@ def autotune_enabled() -> bool:
     return os.environ.get("FLASHTILE_AUTOTUNE", "1") not in ("0", "")
 
 
-def prune_configs(configs, named_args, **kwargs):
-    """Keep configs whose tiles fit a large head dim in SRAM; only the first without autotuning."""
-    head = max(kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64))
+# Shared memory per block on Hopper (H100/H200: 227 KB), less a little for the kernels' own
+# small buffers (LSE/D rows, layout-conversion scratch).
+SMEM_LIMIT = 232448 - 2048
+
+
+def smem_estimate(kind: str, block_m: int, block_n: int, stages: int, head_d: int,
+                  head_dv: int, elem: int) -> int:
+    """Bytes of shared memory a config needs: the tiles that stay resident plus ``stages``
+    copies of the tiles streamed through the loop (what Triton allocates once the loads are
+    pipelined; matches its reports within a few KB)."""
+    width = (head_d + head_dv) * elem
+    if kind == "fwd":                                  # Q resident; K, V streamed
+        return block_m * head_d * elem + stages * block_n * width
+    if kind == "dkdv":                                 # K, V resident; Q, dO streamed
+        return block_n * width + stages * block_m * width
+    return block_m * width + stages * block_n * width  # dq: Q, dO resident; K, V streamed
+
+
+def prune_configs(configs, named_args, kind: str = "fwd", **kwargs):
+    """Keep configs whose tiles fit: in shared memory (:func:`smem_estimate`) and, for head dims
+    above 128, small enough not to drown in register spills; only the first without autotuning.
+    ``kind``: ``fwd``, ``dkdv`` or ``dq`` (bind it with :func:`functools.partial`)."""
+    hd, hdv = kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64)
+    head = max(hd, hdv)
+    q = named_args.get("Q")
+    elem = q.element_size() if hasattr(q, "element_size") else 2
     keep = [c for c in configs
-            if head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64]
+            if (head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64)
+            and smem_estimate(kind, c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_stages,
+                              hd, hdv, elem) <= SMEM_LIMIT]
     keep = keep or configs[-1:]
+    if head > 128 and keep[-1] is configs[-1]:
+        # Each list ends with its large-head config (fits d=256, fewest spills): try it first.
+        keep = keep[-1:] + keep[:-1]
     if kwargs.get("SPARSE"):
         # Kernel tiles must not straddle BlockMask blocks.
         bq, bkv = kwargs["MASK_BQ"], kwargs["MASK_BKV"]

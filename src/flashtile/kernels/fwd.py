@@ -20,9 +20,9 @@ import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, add_bias, alibi_slope_log2, alloc, band_mask,
                      bias_args, cdiv, dot_precision, dropout_args, dropout_keep, env_block,
-                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile, score_args,
-                     scores_log2, seq_bounds, seq_bucket, sparse_args, strides, tile_ranges,
-                     varlen_args, window_args)
+                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
+                     score_args, scores_log2, seq_bounds, seq_bucket, sparse_args, strides,
+                     tile_ranges, varlen_args, window_args)
 
 
 @triton.jit
