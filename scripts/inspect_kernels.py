@@ -118,6 +118,8 @@ def main() -> int:
     p.add_argument("--fwd", default="128,64,8,3")
     p.add_argument("--dkdv", default="64,128,8,3")
     p.add_argument("--dq", default="128,64,8,3")
+    p.add_argument("--sparse", type=float, default=0.0,
+                   help="compile the block-sparse path: a random 128x128 BlockMask of this density")
     p.add_argument("--dump", type=Path)
     args = p.parse_args()
 
@@ -136,6 +138,12 @@ def main() -> int:
     q, k, v = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(3))
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
                                                   None, args.deterministic)
+    if args.sparse:
+        from dataclasses import replace
+        nb = -(-args.seqlen // 128)
+        layout = flashtile.masks.random_block_layout(nb, nb, args.sparse, seed=0)
+        params = replace(params, block_mask=flashtile.BlockMask.from_layout(
+            layout, args.seqlen, args.seqlen, BLOCK_SIZE=128))
     out, lse = torch.empty_like(q), torch.empty(1, heads, args.seqlen)
     fwd.forward(q, k, v, params)
     try:

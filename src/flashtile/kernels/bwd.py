@@ -11,11 +11,13 @@ With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
    :func:`_dkdv_tiles`).
 3. dQ, one of two ways:
 
-   - *one pass* (``FLASHTILE_BWD_DQ=atomic``): the same program also computes each tile's ``dS K`` and adds it to an
-     fp32 dQ buffer with relaxed atomics: 5 tile matmuls per visited tile (the minimum);
-   - *two passes* (default, and always with ``deterministic=True``): ``_bwd_dq_kernel``, one program per (query tile,
-     batch, query head), walks the visible K/V tiles like the forward and recomputes ``P`` and
-     ``dP``: 7 matmuls per tile, but no atomics, so dQ is bitwise reproducible too.
+   - *two passes* (default, and always with ``deterministic=True``): ``_bwd_dq_kernel``, one
+     program per (query tile, batch, query head), walks the visible K/V tiles like the forward
+     and recomputes ``P`` and ``dP``: 7 tile matmuls per visited tile, no atomics, so dQ is
+     bitwise reproducible too;
+   - *one pass* (``FLASHTILE_BWD_DQ=atomic``): the dK/dV program also computes each tile's
+     ``dS K`` and adds it to an fp32 dQ buffer with relaxed atomics: 5 matmuls per tile, but
+     on the H200 the atomics cost more than the recomputation they save (docs/perf.md).
 
    dK and dV never use atomics: bitwise reproducible either way.
 
@@ -36,8 +38,9 @@ from ..reference.dense import sum_to_shape
 
 from .common import (LOG2E_K, NO_SPECIALIZE, alibi_slope_log2, alloc, bias_args, bwd_probs, cdiv,
                      chain_ds, dot_precision, dropout_args, dropout_keep, interpreting, load_tile,
-                     mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds,
-                     seq_bucket, sparse_args, strides, tile_ranges, varlen_args, window_args)
+                     mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args,
+                     seq_bounds, seq_bucket, sparse_args, strides, tile_ranges, tile_start,
+                     varlen_args, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -76,7 +79,7 @@ def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
 
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, start, stop, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q,
+                stride_dqs, start, stop, idx_ptr, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q,
                 seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
@@ -85,16 +88,18 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
                 HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
                 HAS_DBIAS: tl.constexpr, SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr,
                 MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr, ATOMIC_DQ: tl.constexpr,
-                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, PRECISION: tl.constexpr):
-    """Accumulate into ``dk``/``dv`` the query tiles ``[start, stop)`` of one query head
+                EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, INDEXED: tl.constexpr,
+                LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+    """Accumulate into ``dk``/``dv`` the query tiles number ``[start, stop)`` (contiguous, or
+    the blocks listed at ``idx_ptr``: :func:`tile_start`) of one query head
     (and with ``ATOMIC_DQ`` add each tile's ``dS K`` into the fp32 dQ buffer).
 
     Works on transposed tiles, ``S^T = K Q^T`` of shape ``(BLOCK_N, BLOCK_M)``: then
     ``dV += P^T dO`` and ``dK += dS^T Q`` take the register tile as the left operand as it is,
     instead of transposing a probability tile through shared memory twice per step."""
     cols = offs_n[:, None]
-    for start_m in range(start, stop, BLOCK_M):
-        offs_m = start_m + tl.arange(0, BLOCK_M)
+    for t in range(start, stop):
+        offs_m = tile_start(t, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_M)
         rows = offs_m[None, :]
         q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
         do = load_tile(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv, True, EVEN_DV)
@@ -197,57 +202,59 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
         slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
         if SPARSE:
             row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_n // MASK_BKV
-            for i in range(0, tl.load(KV_NUM + row)):
-                lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BQ
-                dk, dv = _dkdv_tiles(
-                    dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                    stride_dqs, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
-                    seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                    softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
-                    stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
-                    True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
-                    BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                    ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
-            for i in range(0, tl.load(FULL_KV_NUM + row)):
-                lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BQ
-                dk, dv = _dkdv_tiles(
-                    dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                    stride_dqs, lo, lo + MASK_BQ, offs_n, offs_d, offs_dv, head_d, head_dv,
-                    seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                    softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
-                    stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
-                    False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
-                    BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
-                    ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
+            per_block = MASK_BQ // BLOCK_M
+            dk, dv = _dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                stride_dqs, 0, tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
+                offs_n, offs_d, offs_dv, head_d, head_dv,
+                seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
+                BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                ATOMIC_DQ, EVEN_D, EVEN_DV, True, MASK_BQ, PRECISION)
+            dk, dv = _dkdv_tiles(
+                dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
+                stride_dqs, 0, tl.load(FULL_KV_NUM + row) * per_block,
+                FULL_KV_IDX + row * mask_nkv, offs_n, offs_d, offs_dv, head_d, head_dv,
+                seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
+                BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
+                ATOMIC_DQ, EVEN_D, EVEN_DV, True, MASK_BQ, PRECISION)
         else:
             # masked [a, b), full [b, c), masked [c, d): only band-crossing tiles test the mask
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, a, b, offs_n, offs_d, offs_dv, head_d, head_dv,
+                stride_dqs, a // BLOCK_M, b // BLOCK_M, KV_IDX, offs_n, offs_d, offs_dv, head_d,
+                head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
-                stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
-                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
+                BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
+                ATOMIC_DQ, EVEN_D, EVEN_DV, False, MASK_BQ, PRECISION)
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, b, c, offs_n, offs_d, offs_dv, head_d, head_dv,
+                stride_dqs, b // BLOCK_M, c // BLOCK_M, KV_IDX, offs_n, offs_d, offs_dv, head_d,
+                head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
-                stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
-                False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
+                BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
+                ATOMIC_DQ, EVEN_D, EVEN_DV, False, MASK_BQ, PRECISION)
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, c, d, offs_n, offs_d, offs_dv, head_d, head_dv,
+                stride_dqs, c // BLOCK_M, d // BLOCK_M, KV_IDX, offs_n, offs_d, offs_dv, head_d,
+                head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base, dbias_base,
-                stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args, BLOCK_M,
-                True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
+                BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                ATOMIC_DQ, EVEN_D, EVEN_DV, PRECISION)
+                ATOMIC_DQ, EVEN_D, EVEN_DV, False, MASK_BQ, PRECISION)
     n_ok = offs_n[:, None] < seqlen_k
     cols = k_start + offs_n[:, None]
     tl.store(DK + off_b * stride_dkb + off_hkv * stride_dkh + cols * stride_dks
@@ -259,7 +266,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
 
 
 @triton.jit
-def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, stop, offs_m,
+def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, stop, idx_ptr,
+              offs_m,
               offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
               window_right, slope_log2, qk_scale, softcap_log2, row_base, seed, rng_offset,
               dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h, sm_args, mm_args,
@@ -268,11 +276,11 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
               HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
               SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
               USE_MASK_MOD: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-              PRECISION: tl.constexpr):
-    """Accumulate into ``dq`` the key tiles ``[start, stop)``."""
+              INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+    """Accumulate into ``dq`` the key tiles number ``[start, stop)`` (:func:`tile_start`)."""
     rows = offs_m[:, None]
-    for start_n in range(start, stop, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+    for t in range(start, stop):
+        offs_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
         cols = offs_n[None, :]
@@ -336,48 +344,50 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1
     if SPARSE:
         row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_m // MASK_BQ
-        for i in range(0, tl.load(KV_NUM + row)):
-            lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BKV
-            dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
-                           offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
-                           window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
-                           seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
-                           sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                           HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                           MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
-        for i in range(0, tl.load(FULL_KV_NUM + row)):
-            lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BKV
-            dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
-                           offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
-                           window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
-                           seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
-                           sm_args, mm_args, BLOCK_N, FULL_BOUND, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                           HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                           MASK_MOD, False, EVEN_D, EVEN_DV, PRECISION)
-    else:
-        a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
-                                 window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, a, b,
+        per_block = MASK_BKV // BLOCK_N
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, 0,
+                       tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
                        offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                        sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
-        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, b, c,
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, True, MASK_BKV, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, 0,
+                       tl.load(FULL_KV_NUM + row) * per_block, FULL_KV_IDX + row * mask_nkv,
                        offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                       window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                       seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                       sm_args, mm_args, BLOCK_N, FULL_BOUND, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                       HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                       MASK_MOD, False, EVEN_D, EVEN_DV, True, MASK_BKV, PRECISION)
+    else:
+        a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
+                                 window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
+                       a // BLOCK_N, b // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
+                       head_dv, seqlen_q, seqlen_k, diag_off,
+                       window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
+                       seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
+                       sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                       HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
+                       b // BLOCK_N, c // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
+                       head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                        sm_args, mm_args, BLOCK_N, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
-        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs, c, d,
-                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION)
+        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
+                       c // BLOCK_N, d // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
+                       head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
                        sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, PRECISION)
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))

@@ -195,6 +195,22 @@ def load_tile(base, offs_r, stride_r, offs_c, n_rows, n_cols, CHECK_ROWS: tl.con
 
 
 @triton.jit
+def tile_start(t, idx_ptr, BLOCK: tl.constexpr, LIST_BLOCK: tl.constexpr,
+               INDEXED: tl.constexpr):
+    """First row of tile number ``t`` of a loop over ``BLOCK``-row tiles: ``t * BLOCK`` over a
+    contiguous range, or, walking a BlockMask list (``INDEXED``; ``LIST_BLOCK``-row blocks, each
+    ``LIST_BLOCK // BLOCK`` tiles), tile ``t % per_block`` of listed block ``t // per_block``.
+    One flat loop over a whole list keeps the loads pipelined across block boundaries; a loop
+    per listed block would run two or so iterations, too short to pipeline."""
+    if INDEXED:
+        per_block: tl.constexpr = LIST_BLOCK // BLOCK
+        start = tl.load(idx_ptr + t // per_block) * LIST_BLOCK + (t % per_block) * BLOCK
+    else:
+        start = t * BLOCK
+    return start
+
+
+@triton.jit
 def alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI: tl.constexpr):
     """The head's ALiBi slope in the log2 domain (0 without ALiBi)."""
     slope_log2 = 0.0

@@ -22,11 +22,11 @@ from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, add_bias, alibi_slope_log2, 
                      bias_args, cdiv, dot_precision, dropout_args, dropout_keep, env_block,
                      interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      score_args, scores_log2, seq_bounds, seq_bucket, sparse_args, strides,
-                     tile_ranges, varlen_args, window_args)
+                     tile_ranges, tile_start, varlen_args, window_args)
 
 
 @triton.jit
-def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop,
+def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop, idx_ptr,
                offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                window_left, window_right, slope_log2, qk_scale, softcap_log2,
                row_base, seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn,
@@ -36,13 +36,14 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
                HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
-               PRECISION: tl.constexpr):
-    """Fold the key tiles ``[start, stop)`` into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
+               INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold the key tiles number ``[start, stop)`` (:func:`tile_start`: contiguous, or the
+    blocks listed at ``idx_ptr``) into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that. ``USE_MASK_MOD``
     evaluates the user's mask_mod (partial blocks of a block mask); ``HAS_SCORE_MOD`` applies
     the compiled score_mod (both from :mod:`flashtile.codegen`)."""
-    for start_n in range(start, stop, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
+    for t in range(start, stop):
+        offs_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_N)
         rows = offs_m[:, None]
         cols = offs_n[None, :]
         k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
@@ -127,32 +128,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
         # Block-sparse: walk only the key blocks the BlockMask lists for this query block;
         # partial blocks evaluate mask_mod, full blocks skip it (and every mask) entirely.
         row = ((off_b % mask_b) * mask_h + off_h % mask_h) * mask_nq + start_m // MASK_BQ
-        for i in range(0, tl.load(KV_NUM + row)):
-            lo = tl.load(KV_IDX + row * mask_nkv + i) * MASK_BKV
-            acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
-                                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                                       diag_off, window_left, window_right, slope_log2, qk_scale,
-                                       softcap_log2, row_base, seed, rng_offset, dropout_p,
-                                       bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
-                                       mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
-                                       BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                       PRECISION)
-        for i in range(0, tl.load(FULL_KV_NUM + row)):
-            lo = tl.load(FULL_KV_IDX + row * mask_nkv + i) * MASK_BKV
-            acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, lo, lo + MASK_BKV,
-                                       offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                                       diag_off, window_left, window_right, slope_log2, qk_scale,
-                                       softcap_log2, row_base, seed, rng_offset, dropout_p,
-                                       bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
-                                       mm_args, BLOCK_N, FULL_BOUND, EVEN_D, EVEN_DV, HAS_LEFT,
-                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
-                                       BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
-                                       PRECISION)
-    else:
-        a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
-                                 window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
-        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, a, b,
+        per_block = MASK_BKV // BLOCK_N
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
+                                   tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
                                    offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
@@ -160,25 +138,51 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   PRECISION)
-        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, b, c,
+                                   True, MASK_BKV, PRECISION)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
+                                   tl.load(FULL_KV_NUM + row) * per_block,
+                                   FULL_KV_IDX + row * mask_nkv,
                                    offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                   bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                   mm_args, BLOCK_N, FULL_BOUND, EVEN_D, EVEN_DV, HAS_LEFT,
+                                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                   BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
+                                   True, MASK_BKV, PRECISION)
+    else:
+        a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
+                                 window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+                                   a // BLOCK_N, b // BLOCK_N, KV_IDX, offs_m, offs_d,
+                                   offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                   bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                   mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
+                                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                   BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                                   False, MASK_BKV, PRECISION)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+                                   b // BLOCK_N, c // BLOCK_N, KV_IDX, offs_m, offs_d,
+                                   offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
                                    mm_args, BLOCK_N, False, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   PRECISION)
-        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, c, d,
-                                   offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   False, MASK_BKV, PRECISION)
+        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+                                   c // BLOCK_N, d // BLOCK_N, KV_IDX, offs_m, offs_d,
+                                   offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
                                    mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   PRECISION)
+                                   False, MASK_BKV, PRECISION)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
