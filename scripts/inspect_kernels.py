@@ -118,6 +118,7 @@ def main() -> int:
     p.add_argument("--fwd", default="128,64,8,3")
     p.add_argument("--dkdv", default="64,128,8,3")
     p.add_argument("--dq", default="128,64,8,3")
+    p.add_argument("--dropout", type=float, default=0.0, help="dropout_p (0: none)")
     p.add_argument("--sparse", type=float, default=0.0,
                    help="compile the block-sparse path: a random 128x128 BlockMask of this density")
     p.add_argument("--dump", type=Path)
@@ -136,8 +137,10 @@ def main() -> int:
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     heads = args.heads or 2048 // args.d
     q, k, v = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(3))
-    params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
-                                                  None, args.deterministic)
+    params, _ = flashtile.interface._flash_params(q, k, v, args.dropout, None, args.causal,
+                                                  (-1, -1), 0.0, None, args.deterministic)
+    if args.dropout:
+        params = params.with_(seed=1, offset=0)
     if args.sparse:
         from dataclasses import replace
         nb = -(-args.seqlen // 128)

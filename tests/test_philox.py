@@ -1,5 +1,6 @@
-"""The dropout RNG: ``flashtile.reference.philox`` against Triton's ``tl.rand`` bit for bit, the
-Philox known-answer vectors, the counter layout and the keep statistics."""
+"""The dropout RNG: ``flashtile.reference.philox`` against Triton's ``tl.rand`` and the kernels'
+``dropout_keep`` bit for bit, the Philox known-answer vectors, the counter layout and the keep
+statistics."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 import torch
 
 from flashtile.params import AttentionParams
-from flashtile.reference.philox import (draw_seed_offset, dropout_counters, dropout_keep,
-                                        philox_4x32, philox_uniform)
+from flashtile.reference.philox import (KEYS_PER_CALL, draw_seed_offset, dropout_counters,
+                                        dropout_keep, dropout_uniform16, philox_4x32,
+                                        philox_uniform)
 
 SEEDS = [0, 1, 12345, 2**31 - 1, 2**33 + 7, -5]
 
@@ -45,6 +47,18 @@ _TRITON_SCRIPT = textwrap.dedent('''
         idx = tl.arange(0, N)
         tl.store(out_ptr + idx, tl.rand(seed, tl.load(offsets_ptr + idx)))
 
+    from flashtile.kernels.common import dropout_keep
+
+    @triton.jit
+    def _keep_kernel(out_ptr, seed, rng_offset, row_base, seqlen_k, dropout_p,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        offs_m = tl.arange(0, BLOCK_M)
+        start_n = tl.program_id(0) * BLOCK_N
+        keep = dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_p,
+                            BLOCK_N)
+        cols = start_n + tl.arange(0, BLOCK_N)
+        tl.store(out_ptr + offs_m[:, None] * seqlen_k + cols[None, :], keep.to(tl.int8))
+
     offsets = torch.load(sys.argv[1])
     seeds = [int(s) for s in sys.argv[3:]]
     results = {}
@@ -52,6 +66,10 @@ _TRITON_SCRIPT = textwrap.dedent('''
         out = torch.full(offsets.shape, float("nan"), dtype=torch.float32)
         _rand_kernel[(1,)](out, offsets, seed, N=offsets.numel())
         results[seed] = out
+    # dropout_keep: 16 rows x 64 keys (4 tiles of 16), p = 0.3 (19661 / 2**16), row_base 40
+    keep = torch.full((16, 64), -1, dtype=torch.int8)
+    _keep_kernel[(4,)](keep, 77, 2**33 + 9, 40, 64, 19661 / 65536, BLOCK_M=16, BLOCK_N=16)
+    results["keep"] = keep
     torch.save(results, sys.argv[2])
 ''')
 
@@ -64,6 +82,8 @@ def test_bitwise_equal_to_triton_tl_rand(tmp_path):
     script.write_text(_TRITON_SCRIPT)
     torch.save(offsets, tmp_path / "offsets.pt")
     env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))), "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "offsets.pt"),
                            str(tmp_path / "out.pt"), *map(str, SEEDS)],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -75,6 +95,11 @@ def test_bitwise_equal_to_triton_tl_rand(tmp_path):
         differ = ours.view(torch.int32) != theirs.view(torch.int32)
         assert not differ.any(), (f"seed {seed}: {int(differ.sum())} of {offsets.numel()} differ, "
                                   f"first at counter {int(offsets[differ][0])}")
+    # The kernels' dropout_keep (8 keys per Philox call) against the replica, position by position.
+    params = AttentionParams(softmax_scale=1.0, dropout_p=19661 / 65536, seed=77, offset=2**33 + 9)
+    ours = dropout_keep(params, 0, 0, 40 + torch.arange(16)[:, None], torch.arange(64)[None, :],
+                        1, 1, 64)
+    assert torch.equal(results["keep"].bool(), ours)
 
 
 @pytest.mark.parametrize("counter, key, expected", [
@@ -130,24 +155,43 @@ def test_uniform_histogram_flat():
 
 def test_dropout_counters_layout():
     params = AttentionParams(softmax_scale=1.0, offset=2**36 + 3)
-    b, h, sq, sk = 2, 3, 5, 7
+    b, h, sq, sk = 2, 3, 5, 20
+    groups = -(-sk // KEYS_PER_CALL)                                # 3 Philox calls per row
     counters = dropout_counters(params, torch.arange(b)[:, None, None, None],
                                 torch.arange(h)[None, :, None, None], torch.arange(sq)[:, None],
                                 torch.arange(sk)[None, :], h, sq, sk)
     assert counters.shape == (b, h, sq, sk) and counters.dtype == torch.int64
-    # Row-major over (b, h, sq, sk), starting at the offset: every counter used exactly once.
-    assert torch.equal(counters.flatten(), params.offset + torch.arange(b * h * sq * sk))
-    assert int(dropout_counters(params, 1, 2, 3, 4, h, sq, sk)) == \
-        params.offset + ((1 * h + 2) * sq + 3) * sk + 4
+    # One counter per (row, 8 keys), row-major from the offset: every call used exactly once.
+    calls = counters[..., ::KEYS_PER_CALL].flatten()
+    assert torch.equal(calls, params.offset + torch.arange(b * h * sq * groups))
+    assert torch.equal(counters, counters[..., ::KEYS_PER_CALL].repeat_interleave(8, -1)[..., :sk])
+    assert int(dropout_counters(params, 1, 2, 3, 17, h, sq, sk)) == \
+        params.offset + ((1 * h + 2) * sq + 3) * groups + 17 // 8
+
+
+def test_dropout_uses_all_four_words_in_16_bit_halves():
+    counter = torch.tensor([2**35 + 11], dtype=torch.int64)
+    words = philox_4x32(counter & 0xFFFFFFFF, counter >> 32, torch.zeros(1, dtype=torch.int64),
+                        torch.zeros(1, dtype=torch.int64), 5, 0)
+    halves = [int(w) >> shift & 0xFFFF for w in words for shift in (0, 16)]
+    got = dropout_uniform16(5, counter.expand(8), torch.arange(8))
+    assert got.tolist() == halves
 
 
 def test_dropout_keep_is_uniform_threshold():
     params = AttentionParams(softmax_scale=1.0, dropout_p=0.3, seed=11, offset=5)
+    assert params.dropout_p == 19661 / 65536                          # held in units of 2**-16
     kv = torch.arange(1000)
     keep = dropout_keep(params, 1, 2, 3, kv, 4, 8, 1000)
-    u = philox_uniform(11, dropout_counters(params, 1, 2, 3, kv, 4, 8, 1000))
+    u = dropout_uniform16(11, dropout_counters(params, 1, 2, 3, kv, 4, 8, 1000), kv)
     assert keep.dtype == torch.bool
-    assert torch.equal(keep, u >= 0.3)
+    assert torch.equal(keep, u >= 19661)
+
+
+def test_dropout_p_resolution():
+    for p, units in [(0.1, 6554), (0.5, 32768), (1e-9, 1), (0.99999999, 65535)]:
+        assert AttentionParams(softmax_scale=1.0, dropout_p=p).dropout_p == units / 65536
+    assert AttentionParams(softmax_scale=1.0, dropout_p=0.0).dropout_p == 0.0
 
 
 def test_draw_seed_offset():

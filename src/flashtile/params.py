@@ -19,6 +19,10 @@ from typing import Callable, Optional
 import torch
 
 
+# Dropout rates are held in units of 2**-16 (AttentionParams.dropout_p).
+DROPOUT_UNIT = 2 ** 16
+
+
 @dataclass(frozen=True, eq=False)
 class AttentionParams:
     """Everything that changes what attention computes, except the tensors Q/K/V themselves.
@@ -30,10 +34,13 @@ class AttentionParams:
         causal: True when the user asked for causal (``window_right`` is then 0).
         softcap: if > 0, ``score = softcap * tanh(score / softcap)`` after scaling.
         alibi_slopes: float32 ``(hq,)`` or ``(batch, hq)``; adds ``-slope * |i + sk - sq - j|``.
-        dropout_p: probability of dropping a probability (kept ones scaled by ``1/(1-p)``).
+        dropout_p: probability of dropping a probability (kept ones scaled by ``1/(1-p)``),
+            held as a multiple of 2**-16 (the resolution of the dropout RNG's 16-bit uniforms,
+            ``reference/philox.py``): 0.1 becomes 6554/65536, so the rate drawn and the scale
+            applied agree exactly.
         seed, offset: key of the counter-based RNG that draws the dropout mask.
-        deterministic: bitwise-reproducible dQ (flashtile's backward never uses atomics, so
-            this holds for every setting; the flag is kept for flash-attn compatibility).
+        deterministic: bitwise-reproducible dQ: the backward's dQ pass never uses atomics
+            (the default); ``True`` also overrides ``FLASHTILE_BWD_DQ=atomic``.
         score_mod: FlexAttention ``score_mod(score, b, h, q_idx, kv_idx) -> score``.
         mask_mod: FlexAttention ``mask_mod(b, h, q_idx, kv_idx) -> bool``.
         block_mask: a :class:`flashtile.masks.BlockMask` (block-sparse attention).
@@ -61,6 +68,11 @@ class AttentionParams:
     cu_seqlens_k: Optional[torch.Tensor] = None
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
+
+    def __post_init__(self):
+        if self.dropout_p > 0:
+            units = min(DROPOUT_UNIT - 1, max(1, round(self.dropout_p * DROPOUT_UNIT)))
+            object.__setattr__(self, "dropout_p", units / DROPOUT_UNIT)
 
     def with_(self, **changes) -> "AttentionParams":
         return replace(self, **changes)

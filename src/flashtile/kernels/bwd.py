@@ -79,8 +79,9 @@ def _row_stats(LSE_row, D_row, offs_m, seqlen_q):
 
 @triton.jit
 def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, start, stop, idx_ptr, offs_n, offs_d, offs_dv, head_d, head_dv, seqlen_q,
-                seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+                stride_dqs, start, stop, idx_ptr, start_n, offs_n, offs_d, offs_dv, head_d,
+                head_dv, seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2,
+                qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M: tl.constexpr, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
@@ -114,7 +115,9 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
         if HAS_DROPOUT:
             # Regenerate the forward's mask; O = (P * Z / (1 - p)) V, so dV uses the dropped P
             # and dP flows back through the same mask.
-            keep_d = dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k, dropout_p)
+            # (drawn in (query, key) order, the layout every pass shares, then transposed)
+            keep_d = tl.trans(dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k,
+                                           dropout_p, offs_n.shape[0]))
             p_used = tl.where(keep_d, p_t * (1.0 / (1.0 - dropout_p)), 0.0)
         dv = tl.dot(p_used.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
@@ -206,7 +209,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
                 stride_dqs, 0, tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
-                offs_n, offs_d, offs_dv, head_d, head_dv,
+                start_n, offs_n, offs_d, offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
@@ -216,7 +219,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
                 stride_dqs, 0, tl.load(FULL_KV_NUM + row) * per_block,
-                FULL_KV_IDX + row * mask_nkv, offs_n, offs_d, offs_dv, head_d, head_dv,
+                FULL_KV_IDX + row * mask_nkv, start_n, offs_n, offs_d, offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
@@ -227,8 +230,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
             # masked [a, b), full [b, c), masked [c, d): only band-crossing tiles test the mask
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, a // BLOCK_M, b // BLOCK_M, KV_IDX, offs_n, offs_d, offs_dv, head_d,
-                head_dv,
+                stride_dqs, a // BLOCK_M, b // BLOCK_M, KV_IDX, start_n, offs_n, offs_d,
+                offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
@@ -237,8 +240,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 ATOMIC_DQ, EVEN_D, EVEN_DV, False, MASK_BQ, PRECISION)
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, b // BLOCK_M, c // BLOCK_M, KV_IDX, offs_n, offs_d, offs_dv, head_d,
-                head_dv,
+                stride_dqs, b // BLOCK_M, c // BLOCK_M, KV_IDX, start_n, offs_n, offs_d,
+                offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
@@ -247,8 +250,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 ATOMIC_DQ, EVEN_D, EVEN_DV, False, MASK_BQ, PRECISION)
             dk, dv = _dkdv_tiles(
                 dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_qs, stride_dos,
-                stride_dqs, c // BLOCK_M, d // BLOCK_M, KV_IDX, offs_n, offs_d, offs_dv, head_d,
-                head_dv,
+                stride_dqs, c // BLOCK_M, d // BLOCK_M, KV_IDX, start_n, offs_n, offs_d,
+                offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                 softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
@@ -280,7 +283,8 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
     """Accumulate into ``dq`` the key tiles number ``[start, stop)`` (:func:`tile_start`)."""
     rows = offs_m[:, None]
     for t in range(start, stop):
-        offs_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_N)
+        start_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
         cols = offs_n[None, :]
@@ -292,7 +296,8 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
                             SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if HAS_DROPOUT:
-            keep_d = dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k, dropout_p)
+            keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_p,
+                                  BLOCK_N)
             dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = chain_ds(p * (dp - Di[:, None]), t, g, HAS_SCORE_MOD, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)

@@ -43,7 +43,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
     evaluates the user's mask_mod (partial blocks of a block mask); ``HAS_SCORE_MOD`` applies
     the compiled score_mod (both from :mod:`flashtile.codegen`)."""
     for t in range(start, stop):
-        offs_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_N)
+        start_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
+        offs_n = start_n + tl.arange(0, BLOCK_N)
         rows = offs_m[:, None]
         cols = offs_n[None, :]
         k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
@@ -77,8 +78,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
-            p = tl.where(dropout_keep(seed, rng_offset, row_base, rows, cols, seqlen_k,
-                                      dropout_p), p, 0.0)
+            p = tl.where(dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k,
+                                      dropout_p, BLOCK_N), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i

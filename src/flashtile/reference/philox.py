@@ -18,18 +18,24 @@ Notation (Triton's ``triton/language/random.py``, which this mirrors):
 - round: ``c0, c1, c2, c3 = hi(B*c2) ^ c1 ^ k0, lo(B*c2), hi(A*c0) ^ c3 ^ k1, lo(A*c0)``.
 - ``tl.rand`` keeps ``c0`` of the final block and maps it to ``[0, 1)``: reinterpret as int32,
   fold negatives with ``x -> -x - 1`` (so the value lies in ``[0, 2**31)``), multiply by the
-  float32 constant ``4.6566127342e-10`` (just below ``2**-31``, so the result stays ``< 1``).
+  float32 constant ``4.6566127342e-10`` (just below ``2**-31``, so the result stays ``< 1``)
+  (:func:`philox_uniform`, kept as the tested link to Triton's own generator).
 
-Counter layout for attention (the kernels use the same formula)::
+Attention dropout uses all four output words (``tl.randint4x``): one Philox call per 8
+consecutive keys of a row, each word split into two 16-bit uniforms; position ``(b, h, i, j)``
+is kept iff its 16-bit value ``>= round(dropout_p * 2**16)``, and ``dropout_p`` itself is held
+at that resolution (:class:`flashtile.AttentionParams`). Counter layout (the kernels use the
+same formula, ``flashtile.kernels.common.dropout_keep``)::
 
-    counter = offset + ((b * nheads + h) * seqlen_q + i) * seqlen_k + j
+    counter = offset + ((b * nheads + h) * seqlen_q + i) * cdiv(seqlen_k, 8) + j // 8
+    value   = (word[(j % 8) // 2] >> (16 * (j % 2))) & 0xFFFF
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..params import AttentionParams
+from ..params import DROPOUT_UNIT, AttentionParams
 
 _MASK32 = 0xFFFFFFFF
 _MASK16 = 0xFFFF
@@ -103,30 +109,55 @@ def philox_uniform(seed: int, counters: torch.Tensor) -> torch.Tensor:
     return folded.to(torch.float32) * scale
 
 
+KEYS_PER_CALL = 8         # keys served by one Philox call (4 words x two 16-bit halves)
+def dropout_threshold(p: float) -> int:
+    """``p`` in units of 2**-16 (a 16-bit uniform ``u`` is kept iff ``u >= threshold``); ``p``
+    is already such a multiple in :class:`AttentionParams`, so this is exact."""
+    return round(p * DROPOUT_UNIT)
+
+
+def dropout_stride_b(nheads: int, seqlen_q: int, seqlen_k: int) -> int:
+    """Counters one batch entry uses: ``nheads * seqlen_q * cdiv(seqlen_k, 8)``."""
+    return nheads * seqlen_q * (-(-seqlen_k // KEYS_PER_CALL))
+
+
 def dropout_counters(params: AttentionParams, batch_idx, head_idx, q_idx, kv_idx,
                      nheads: int, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
-    """The Philox counter of each attention position, int64, broadcast over the index tensors.
+    """The Philox counter behind each attention position, int64, broadcast over the indices.
 
-    ``counter = params.offset + ((b * nheads + h) * seqlen_q + i) * seqlen_k + j``, where
-    ``nheads`` is the number of *query* heads. Index arguments are integer tensors (or ints) that
-    broadcast against each other, e.g. ``(b, 1, 1, 1)``, ``(1, h, 1, 1)``, ``(sq, 1)``, ``(1, n)``.
+    ``counter = params.offset + ((b * nheads + h) * seqlen_q + i) * cdiv(seqlen_k, 8) + j // 8``,
+    where ``nheads`` is the number of *query* heads. Index arguments are integer tensors (or ints)
+    that broadcast against each other, e.g. ``(b, 1, 1, 1)``, ``(1, h, 1, 1)``, ``(sq, 1)``,
+    ``(1, n)``.
     """
     def as64(x):
         return torch.as_tensor(x, dtype=torch.int64)
     row = (as64(batch_idx) * nheads + as64(head_idx)) * seqlen_q + as64(q_idx)
-    return params.offset + row * seqlen_k + as64(kv_idx)
+    groups = -(-seqlen_k // KEYS_PER_CALL)
+    return params.offset + row * groups + as64(kv_idx) // KEYS_PER_CALL
+
+
+def dropout_uniform16(seed: int, counters: torch.Tensor, kv_idx) -> torch.Tensor:
+    """The 16-bit uniform of each position (int64 in ``[0, 2**16)``): half ``j % 2`` of word
+    ``(j % 8) // 2`` of ``philox(seed, counter)``, bitwise as ``tl.randint4x`` in the kernels."""
+    counters = counters.to(torch.int64)
+    lo = counters & _MASK32
+    hi = (counters >> 32) & _MASK32
+    zero = torch.zeros_like(lo)
+    words = philox_4x32(lo, hi, zero, zero, seed & _MASK32, (seed >> 32) & _MASK32)
+    r = torch.as_tensor(kv_idx, dtype=torch.int64, device=counters.device) % KEYS_PER_CALL
+    word = torch.where(r // 2 == 0, words[0], torch.where(r // 2 == 1, words[1],
+                       torch.where(r // 2 == 2, words[2], words[3])))
+    return (word >> (16 * (r % 2))) & _MASK16
 
 
 def dropout_keep(params: AttentionParams, b_idx, h_idx, q_idx, kv_idx, nheads: int,
                  seqlen_q: int, seqlen_k: int) -> torch.Tensor:
-    """Bool tensor, True where dropout keeps the position: ``uniform >= params.dropout_p``.
-
-    Same broadcasting as :func:`dropout_counters`. The comparison is in float32, as in the
-    kernels (``tl.rand(...) >= dropout_p``), so both backends agree on every position.
-    """
+    """Bool tensor, True where dropout keeps the position: its 16-bit uniform is
+    ``>= round(params.dropout_p * 2**16)``. Same broadcasting as :func:`dropout_counters`;
+    both backends agree on every position."""
     counters = dropout_counters(params, b_idx, h_idx, q_idx, kv_idx, nheads, seqlen_q, seqlen_k)
-    uniform = philox_uniform(params.seed, counters)
-    return uniform >= torch.tensor(params.dropout_p, dtype=torch.float32)
+    return dropout_uniform16(params.seed, counters, kv_idx) >= dropout_threshold(params.dropout_p)
 
 
 def draw_seed_offset(device: torch.device | str | None = None) -> tuple[int, int]:
@@ -151,4 +182,6 @@ def draw_seed_offset(device: torch.device | str | None = None) -> tuple[int, int
     return seed, offset
 
 
-__all__ = ["draw_seed_offset", "dropout_counters", "dropout_keep", "philox_4x32", "philox_uniform"]
+__all__ = ["KEYS_PER_CALL", "draw_seed_offset", "dropout_counters", "dropout_keep",
+           "dropout_stride_b", "dropout_threshold", "dropout_uniform16", "philox_4x32",
+           "philox_uniform"]

@@ -1,8 +1,8 @@
 """Varlen on the torch path: packed sequences ``(total, nheads, headdim)`` with ``cu_seqlens``.
 
 Each sequence runs through :mod:`flashtile.reference.tiled` on its own slice (views, no copies),
-with the dropout counters of sequence ``b`` starting at ``offset + b * nheads * max_sq * max_sk``
-exactly as in the kernels, so both backends drop the same positions.
+with the dropout counters of sequence ``b`` starting at
+``offset + b * dropout_stride_b(nheads, max_sq, max_sk)`` exactly as in the kernels, so both backends drop the same positions.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import torch
 
 from ..params import AttentionParams
 from . import tiled
+from .philox import dropout_stride_b
 
 
 def _sequences(params: AttentionParams, nheads: int):
     """``(b, q_slice, k_slice, params_b)`` for each packed sequence."""
     cu_q = params.cu_seqlens_q.tolist()
     cu_k = params.cu_seqlens_k.tolist()
-    stride = nheads * params.max_seqlen_q * params.max_seqlen_k
+    stride = dropout_stride_b(nheads, params.max_seqlen_q, params.max_seqlen_k)
     slopes = params.alibi_slopes
     for b in range(len(cu_q) - 1):
         params_b = params.with_(
