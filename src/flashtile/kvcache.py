@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from numbers import Integral
 from typing import Optional
 
+import numpy as np
 import torch
 
 from . import _validate as V
@@ -418,81 +419,100 @@ def _too_small_message(seqlen: int, seqlen_new: int, capacity: int, paged: bool)
 # ----------------------------------------------------------------------------------------------
 # Validation: values (one device->host copy)
 
-def check_values(q: torch.Tensor, k_cache: torch.Tensor, call: KVCacheCall) -> None:
-    """Checks that read index tensors. All conditions are reduced on the device and copied to
-    the host at once; details for the error message are only fetched when one fails."""
-    batch, seqlen_q = q.shape[:2]
-    seqlens = call.cache_seqlens.long()
-    end = seqlens + call.seqlen_new                                        # (batch,)
-    start = call.leftpad.long() if call.leftpad is not None else torch.zeros_like(seqlens)
-    checks: list[tuple[torch.Tensor, callable]] = []
+def _to_host(*tensors: Optional[torch.Tensor]) -> list[Optional[np.ndarray]]:
+    """The int32 index tensors as int64 numpy arrays, in one device->host copy (one
+    synchronisation, two launches) however many there are."""
+    present = [t for t in tensors if t is not None]
+    flat = torch.cat([t.reshape(-1) for t in present]) if len(present) > 1 else present[0]
+    host = flat.reshape(-1).cpu().numpy().astype(np.int64)
+    out, at = [], 0
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        out.append(host[at:at + t.numel()].reshape(t.shape))
+        at += t.numel()
+    return out
 
-    def first(bad: torch.Tensor) -> int:
-        return int(bad.nonzero()[0, 0])
+
+def check_values(q: torch.Tensor, k_cache: torch.Tensor, call: KVCacheCall) -> None:
+    """Checks that read index tensors. The index tensors are copied to the host at once and
+    checked there with numpy: one synchronisation, and no chain of small device kernels (each
+    costing a launch) in the decoding step."""
+    batch, seqlen_q = q.shape[:2]
+    seqlens, leftpad, batch_idx, table = _to_host(call.cache_seqlens, call.leftpad,
+                                                  call.batch_idx, call.block_table)
+    end = seqlens + call.seqlen_new                                        # (batch,)
+    start = leftpad if leftpad is not None else np.zeros_like(seqlens)
+
+    def first(bad: np.ndarray) -> int:
+        return int(np.flatnonzero(bad)[0])
 
     bad_len = seqlens < 0
-    checks.append((bad_len.any(), lambda: (
-        f"cache_seqlens must be >= 0, got {int(seqlens[first(bad_len)])} for sequence "
-        f"{first(bad_len)}")))
+    if bad_len.any():
+        raise ValueError(f"cache_seqlens must be >= 0, got {int(seqlens[first(bad_len)])} for "
+                         f"sequence {first(bad_len)}")
     over = end > call.capacity
-    checks.append((over.any(), lambda: (
-        f"sequence {first(over)}: "
-        + _too_small_message(int(seqlens[first(over)]), call.seqlen_new, call.capacity,
-                             call.paged))))
-    if call.leftpad is not None:
+    if over.any():
+        raise ValueError(f"sequence {first(over)}: " + _too_small_message(
+            int(seqlens[first(over)]), call.seqlen_new, call.capacity, call.paged))
+    if leftpad is not None:
         bad_pad = (start < 0) | (start > seqlens)
-        checks.append((bad_pad.any(), lambda: (
-            f"cache_leftpad must satisfy 0 <= cache_leftpad[b] <= cache_seqlens[b], got "
-            f"cache_leftpad[{first(bad_pad)}] = {int(start[first(bad_pad)])} with "
-            f"cache_seqlens = {int(seqlens[first(bad_pad)])}")))
-    if call.batch_idx is not None:
+        if bad_pad.any():
+            i = first(bad_pad)
+            raise ValueError(
+                f"cache_leftpad must satisfy 0 <= cache_leftpad[b] <= cache_seqlens[b], got "
+                f"cache_leftpad[{i}] = {int(start[i])} with cache_seqlens = {int(seqlens[i])}")
+    if batch_idx is not None:
         rows = k_cache.shape[0]
-        idx = call.batch_idx.long()
-        bad_idx = (idx < 0) | (idx >= rows)
-        checks.append((bad_idx.any(), lambda: (
-            f"cache_batch_idx[{first(bad_idx)}] = {int(idx[first(bad_idx)])} is out of range: "
-            f"the cache has {rows} rows (batch_cache); entries must be in [0, {rows})")))
+        bad_idx = (batch_idx < 0) | (batch_idx >= rows)
+        if bad_idx.any():
+            i = first(bad_idx)
+            raise ValueError(
+                f"cache_batch_idx[{i}] = {int(batch_idx[i])} is out of range: the cache has "
+                f"{rows} rows (batch_cache); entries must be in [0, {rows})")
         if call.seqlen_new > 0 and batch > 1:
-            srt = idx.sort().values
+            srt = np.sort(batch_idx)
             dup = srt[1:] == srt[:-1]
-            checks.append((dup.any(), lambda: (
-                f"cache_batch_idx has a repeated row ({int(srt[1:][first(dup)])}) while k/v are "
-                "appended: two sequences would write the same cache slots; use distinct rows")))
-    if call.block_table is not None:
-        table = call.block_table.long()                                    # (batch, max_blocks)
+            if dup.any():
+                raise ValueError(
+                    f"cache_batch_idx has a repeated row ({int(srt[1:][first(dup)])}) while k/v "
+                    "are appended: two sequences would write the same cache slots; use distinct "
+                    "rows")
+    if table is not None:                                                  # (batch, max_blocks)
         num_blocks, page = k_cache.shape[0], call.page_size
-        blocks = torch.arange(table.shape[1], device=table.device)[None, :]
+        blocks = np.arange(table.shape[1])[None, :]
         used = (blocks >= (start // page)[:, None]) & (blocks * page < end[:, None])
         bad_page = used & ((table < 0) | (table >= num_blocks))
-        checks.append((bad_page.any(), lambda: _bad_block_message(bad_page, table, num_blocks)))
+        if bad_page.any():
+            b, j = (int(x) for x in np.argwhere(bad_page)[0])
+            raise ValueError(_bad_block_message(b, j, int(table[b, j]), num_blocks))
         if call.seqlen_new > 0:
-            slot = (seqlens[:, None] + torch.arange(call.seqlen_new, device=table.device))
-            col = (slot // page).clamp(0, table.shape[1] - 1)    # bad lengths: flagged above
-            phys = (table.gather(1, col) * page + slot % page).flatten().sort().values
-            dup_slot = (phys[1:] == phys[:-1])
-            checks.append((dup_slot.any(), lambda: (
-                "block_table maps two appended tokens to the same page row (page "
-                f"{int(phys[1:][first(dup_slot)]) // page}): sequences that append must own "
-                "the pages they write; give each sequence its own page for new tokens")))
+            slot = seqlens[:, None] + np.arange(call.seqlen_new)[None, :]
+            col = np.clip(slot // page, 0, table.shape[1] - 1)
+            phys = np.sort((np.take_along_axis(table, col, 1) * page + slot % page).ravel())
+            dup_slot = phys[1:] == phys[:-1]
+            if dup_slot.any():
+                raise ValueError(
+                    "block_table maps two appended tokens to the same page row (page "
+                    f"{int(phys[1:][first(dup_slot)]) // page}): sequences that append must own "
+                    "the pages they write; give each sequence its own page for new tokens")
     if call.rotary_cos is not None:
         steps = max(call.seqlen_new, seqlen_q if call.rotary_q_steps else 1)
         need = seqlens + steps
         seqlen_ro = call.rotary_cos.shape[0]
         short = need > seqlen_ro
-        checks.append((short.any(), lambda: (
-            f"rotary_cos/rotary_sin have {seqlen_ro} rows but sequence {first(short)} needs "
-            f"positions up to {int(need[first(short)]) - 1} (cache_seqlens + "
-            f"{'max(seqlen_new, seqlen_q)' if call.rotary_q_steps else 'seqlen_new'} - 1); "
-            "use tables with at least cache_seqlens + seqlen_new rows")))
-    flags = torch.stack([c for c, _ in checks]).tolist()
-    for failed, (_, message) in zip(flags, checks):
-        if failed:
-            raise ValueError(message())
+        if short.any():
+            i = first(short)
+            raise ValueError(
+                f"rotary_cos/rotary_sin have {seqlen_ro} rows but sequence {i} needs positions "
+                f"up to {int(need[i]) - 1} (cache_seqlens + "
+                f"{'max(seqlen_new, seqlen_q)' if call.rotary_q_steps else 'seqlen_new'} - 1); "
+                "use tables with at least cache_seqlens + seqlen_new rows")
 
 
-def _bad_block_message(bad: torch.Tensor, table: torch.Tensor, num_blocks: int) -> str:
-    b, j = (int(x) for x in bad.nonzero()[0])
-    return (f"block_table[{b}, {j}] = {int(table[b, j])} is out of range: the paged cache has "
+def _bad_block_message(b: int, j: int, value: int, num_blocks: int) -> str:
+    return (f"block_table[{b}, {j}] = {value} is out of range: the paged cache has "
             f"{num_blocks} pages (k_cache.shape[0]); every page a sequence uses (from "
             f"cache_leftpad // page_block_size to the last slot after the append) must be in "
             f"[0, {num_blocks})")
