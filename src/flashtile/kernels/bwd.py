@@ -36,11 +36,11 @@ import triton.language as tl
 
 from ..reference.dense import sum_to_shape
 
-from .common import (LOG2E_K, NO_SPECIALIZE, alibi_slope_log2, alloc, bias_args, bwd_probs, cdiv,
-                     chain_ds, dot_precision, dropout_args, dropout_keep, interpreting, load_tile,
-                     mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args,
-                     seq_bounds, seq_bucket, sparse_args, strides, tile_ranges, tile_start,
-                     varlen_args, window_args)
+from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
+                     bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_keep,
+                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
+                     row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
+                     tile_ranges, tile_start, varlen_args, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -441,6 +441,7 @@ _dkdv = triton.autotune(
     configs=_configs(_DKDV_SHAPES), key=_KEY, cache_results=True,
     prune_configs_by={"early_config_prune": _dkdv_prune}, reset_to_zero=["DQ_ACC"],
 )(_bwd_dkdv_kernel)
+_dkdv_launch = TunedLaunch(_dkdv)
 # dQ keeps a query tile resident and streams KV tiles: the forward's shape.
 _dq = triton.autotune(
     configs=_configs(_shapes("FLASHTILE_DQ_SHAPES", [
@@ -449,6 +450,12 @@ _dq = triton.autotune(
     key=_KEY, prune_configs_by={"early_config_prune": functools.partial(prune_configs, kind="dq")},
     cache_results=True,
 )(_bwd_dq_kernel)
+_dq_launch = TunedLaunch(_dq)
+
+
+@functools.lru_cache(maxsize=None)
+def _dummy(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, dtype=torch.float32, device=device)
 
 
 def dq_mode(deterministic: bool = False) -> str:
@@ -521,9 +528,10 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     atomic = dq_mode(params.deterministic) == "atomic"
     # One-pass mode adds dQ into an fp32 buffer (zeros: it is an accumulator).
     # (Two-pass mode passes a one-element dummy: the autotuner zeroes DQ_ACC between timings.)
-    dq_acc = torch.zeros(dq4.shape if atomic else (1,), dtype=torch.float32, device=q.device)
+    dq_acc = (torch.zeros(dq4.shape, dtype=torch.float32, device=q.device) if atomic
+              else _dummy(q.device))
     dq_acc_strides = strides(dq_acc, varlen) if atomic else (0, 0, 0)
-    _dkdv[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
+    _dkdv_launch[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
         q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
         *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes, **common, **bias,
@@ -533,7 +541,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     else:
-        _dq[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
+        _dq_launch[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes, **common, **bias,

@@ -41,8 +41,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LN2_K, LOG2E_K, alloc, autotune_enabled, band_mask, cdiv, dot_precision,
-                     interpreting, padded_headdim, score_args, scores_log2, tile_ranges)
+from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
+                     dot_precision, interpreting, padded_headdim, score_args, scores_log2,
+                     tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
@@ -301,6 +302,7 @@ _decode = triton.autotune(
     cache_results=True,
     prune_configs_by={"early_config_prune": _prune_decode_configs},
 )(_decode_kernel)
+_decode_launch = TunedLaunch(_decode)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -385,7 +387,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
     score = score_args(params)
     score.pop("HAS_ALIBI")
-    _decode[(splits, n_mblocks * nheads_kv, batch)](
+    _decode_launch[(splits, n_mblocks * nheads_kv, batch)](
         q, k_cache, v_cache, o_dst, l_dst, seqlens,
         call.leftpad if call.leftpad is not None else seqlens,
         call.batch_idx if call.batch_idx is not None else seqlens,

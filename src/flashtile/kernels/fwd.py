@@ -18,11 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, add_bias, alibi_slope_log2, alloc, band_mask,
-                     bias_args, cdiv, dot_precision, dropout_args, dropout_keep, env_block,
-                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
-                     score_args, scores_log2, seq_bounds, seq_bucket, sparse_args, strides,
-                     tile_ranges, tile_start, varlen_args, window_args)
+from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2,
+                     alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_keep,
+                     env_block, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
+                     query_tile, score_args, scores_log2, seq_bounds, seq_bucket, sparse_args,
+                     strides, tile_ranges, tile_start, varlen_args, window_args)
 
 
 @triton.jit
@@ -219,6 +219,7 @@ _fwd = triton.autotune(
     cache_results=True,
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
+_fwd_launch = TunedLaunch(_fwd)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,7 +253,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
     bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
-    _fwd[grid](
+    _fwd_launch[grid](
         q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(out4, varlen),
         stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
