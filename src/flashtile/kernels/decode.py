@@ -18,7 +18,8 @@ Notation (also see :mod:`flashtile.kernels.common`):
   ``HEAD_D``/``HEAD_DV`` head dims padded to powers of two.
 - Keys are addressed by *slot*: slot ``p`` of sequence ``b`` is row ``p`` of cache row
   ``cache_batch_idx[b]`` (contiguous) or row ``p % page_size`` of page
-  ``block_table[b, p // page_size]`` (paged; looked up per key inside the tile, no gather copy).
+  ``block_table[b, p // page_size]`` (paged, no gather copy: one table entry per tile when the
+  page size (a compile-time constant) is a multiple of the tile, else one per key).
   Tiles start at multiples of ``BLOCK_N`` in slot coordinates, so a paged and a contiguous cache
   holding the same tokens are processed identically (bitwise-equal results).
 - The valid keys of sequence ``b`` are slots ``[key_start, key_end)`` =
@@ -62,8 +63,9 @@ NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "head_d", "head_dv", "num_sp
 def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop,
                   offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end,
                   diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
-                  stride_kb, stride_ks, stride_vb, stride_vs, page_size,
+                  stride_kb, stride_ks, stride_vb, stride_vs,
                   BLOCK_N: tl.constexpr, MASKED: tl.constexpr, PAGED: tl.constexpr,
+                  PAGE_SIZE: tl.constexpr,
                   EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr,
                   HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
                   PRECISION: tl.constexpr):
@@ -75,13 +77,20 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
         offs_n = start_n + tl.arange(0, BLOCK_N)                         # slots
         if MASKED:
             in_seq = (offs_n >= key_start) & (offs_n < key_end)
-        if PAGED:
+        if PAGED and PAGE_SIZE % BLOCK_N == 0:
+            # The tile lies inside one page: one block-table entry, then contiguous rows.
+            page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
+            row = (offs_n % PAGE_SIZE).to(tl.int64)
+            k_rows = page * stride_kb + row * stride_ks
+            v_rows = page * stride_vb + row * stride_vs
+        elif PAGED:
+            # Pages smaller than the tile: look the page up per key.
             if MASKED:
-                page = tl.load(table_row + offs_n // page_size, mask=in_seq, other=0)
+                page = tl.load(table_row + offs_n // PAGE_SIZE, mask=in_seq, other=0)
             else:
-                page = tl.load(table_row + offs_n // page_size)
+                page = tl.load(table_row + offs_n // PAGE_SIZE)
             page = page.to(tl.int64)
-            row = (offs_n % page_size).to(tl.int64)
+            row = (offs_n % PAGE_SIZE).to(tl.int64)
             k_rows = page * stride_kb + row * stride_ks
             v_rows = page * stride_vb + row * stride_vs
         else:
@@ -129,11 +138,12 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
                    stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                    stride_vb, stride_vs, stride_vh, stride_ob, stride_osplit, stride_os,
                    stride_oh, stride_lb, stride_lsplit, stride_lh, stride_bt, stride_slope_b,
-                   seqlen_q, seqlen_new, group, head_d, head_dv, page_size, num_splits,
+                   seqlen_q, seqlen_new, group, head_d, head_dv, num_splits,
                    window_left, window_right, qk_scale, softcap_log2, kv_bucket,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                   PAGED: tl.constexpr, HAS_BATCH_IDX: tl.constexpr, HAS_LEFTPAD: tl.constexpr,
+                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
+                   HAS_LEFTPAD: tl.constexpr,
                    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr):
     # Grid: (split, mblock + n_mblocks * kv_head, batch).
@@ -193,22 +203,22 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(a, lo), tl.minimum(b, hi),
         offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
-        stride_kb, stride_ks, stride_vb, stride_vs, page_size,
-        BLOCK_N, True, PAGED, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        stride_kb, stride_ks, stride_vb, stride_vs,
+        BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
         PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(b, lo), tl.minimum(c, hi),
         offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
-        stride_kb, stride_ks, stride_vb, stride_vs, page_size,
-        BLOCK_N, False, PAGED, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        stride_kb, stride_ks, stride_vb, stride_vs,
+        BLOCK_N, False, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
         PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(c, lo), tl.minimum(d, hi),
         offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
-        stride_kb, stride_ks, stride_vb, stride_vs, page_size,
-        BLOCK_N, True, PAGED, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
+        stride_kb, stride_ks, stride_vb, stride_vs,
+        BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
         PRECISION)
 
     # Rows that saw no key (in this slice): output 0, LSE -inf, never 0/0.
@@ -395,11 +405,12 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         slopes if slopes is not None else lse,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides,
         call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
-        seqlen_q, call.seqlen_new, group, head_d, head_dv, max(call.page_size, 1), splits,
+        seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
         max(params.window_left, 0), max(params.window_right, 0), **score,
         kv_bucket=triton.next_power_of_2(cdiv(call.capacity, splits)),
         BLOCK_M=bm, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
         EVEN_DV=HEAD_DV == head_dv, PAGED=call.block_table is not None,
+        PAGE_SIZE=max(call.page_size, 1),
         HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
         HAS_ALIBI=slopes is not None, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype),
