@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
-#   steps: env tests smoke core full long ledger sparse features features2 quick bwdsweep
+#   steps: env tests smoke core full long ledger sparse features quick bwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -57,12 +57,9 @@ for r in rows:
 json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "sparse.json"), "w"), indent=1)
 PY
       ;;
-    features) # issues 3/4/5 targets, part 1 (dense kernels): fusion + varlen
-      python3 scripts/feature_bench.py --part fusion,varlen --budget-s 540 --out "$OUT/features" \
-        2>&1 | tee "$OUT/features-1.log" ;;
-    features2) # part 2: block-sparse vs compiled flex, decode bandwidth
-      python3 scripts/feature_bench.py --part sparse,decode --budget-s 540 --out "$OUT/features" \
-        2>&1 | tee "$OUT/features-2.log" ;;
+    features) # issues 3/4/5 targets: fusion, varlen, block-sparse vs compiled flex, decode
+      python3 scripts/feature_bench.py --part fusion,varlen,sparse,decode --budget-s 500 \
+        --out "$OUT/features" 2>&1 | tee "$OUT/features.log" ;;
     bwdsweep) # backward: atomic vs two-pass dQ x tile configs, vs cuDNN (scripts/bwd_sweep.py)
       python3 scripts/bwd_sweep.py --headdims ${SWEEP_HEADDIMS:-64,128} \
         --seqlens ${SWEEP_SEQLENS:-1024,4096,16384} --warm-procs ${SWEEP_WARM:-6} \
