@@ -34,7 +34,9 @@ LN2_K = tl.constexpr(LN2)
 
 
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
-# new sequence length or window recompiles all kernels. Strides stay specialised (alignment).
+# new sequence length or window recompiles all kernels. Strides stay specialised (alignment), and
+# so do head_d/head_dv: knowing d % 16 == 0 (d = 96, 160) keeps head-dim-masked loads 16 bytes
+# wide, hence pipelined (see load_tile); a model has one or two head dims.
 NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "seq_bucket",
                  "window_left", "window_right", "stride_slope_b", "seed", "rng_offset",
                  "rng_stride_b", "stride_lse_b", "stride_lse_h", "stride_bb", "stride_bh",
