@@ -107,6 +107,36 @@ def summarize(name, kernel, dump: Path | None) -> None:
         (dump / f"{name}.sass").write_text(sass)
 
 
+def inspect_decode(args, dtype, sink) -> int:
+    import flashtile
+    from flashtile import kvcache
+    from flashtile.kernels import decode
+    n, w, st = (int(x) for x in args.decode_config.split(","))
+    cfg = triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=st)
+    decode._decode_launch = Capture("decode", decode._decode, cfg, sink)
+    kvcache.resolve = lambda device: "triton"
+    b, hq, hkv, cache = 4, 32, 8, 4096
+    q = torch.randn(b, 1, hq, args.d, dtype=dtype)
+    lens = torch.full((b,), cache - 8, dtype=torch.int32)
+    kwargs = {}
+    if args.decode == "paged":
+        pages = b * cache // args.page
+        kc = torch.randn(pages, args.page, hkv, args.d, dtype=dtype)
+        kwargs["block_table"] = torch.arange(pages, dtype=torch.int32).reshape(b, -1)
+    else:
+        kc = torch.randn(b, cache, hkv, args.d, dtype=dtype)
+    try:
+        flashtile.flash_attn_with_kvcache(q, kc, torch.randn_like(kc), cache_seqlens=lens,
+                                          num_splits=1, **kwargs)
+    except Exception as e:                                   # noqa: BLE001
+        if not sink:
+            raise
+        print(f"(stopped after the captured launch: {type(e).__name__})")
+    for name, kernel in sink:
+        summarize(name, kernel, args.dump)
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--d", type=int, default=128)
@@ -121,6 +151,10 @@ def main() -> int:
     p.add_argument("--dropout", type=float, default=0.0, help="dropout_p (0: none)")
     p.add_argument("--sparse", type=float, default=0.0,
                    help="compile the block-sparse path: a random 128x128 BlockMask of this density")
+    p.add_argument("--decode", choices=("contiguous", "paged"),
+                   help="compile the KV-cache decoding kernel instead (q_len 1, hq/hkv 32/8)")
+    p.add_argument("--decode-config", default="64,4,3", help="BLOCK_N,warps,stages")
+    p.add_argument("--page", type=int, default=256)
     p.add_argument("--dump", type=Path)
     args = p.parse_args()
 
@@ -135,6 +169,8 @@ def main() -> int:
                                   triton.Config({}, num_warps=4, num_stages=1), [])
 
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    if args.decode:
+        return inspect_decode(args, dtype, sink)
     heads = args.heads or 2048 // args.d
     q, k, v = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(3))
     params, _ = flashtile.interface._flash_params(q, k, v, args.dropout, None, args.causal,

@@ -52,7 +52,7 @@ CTAS_PER_SM = 2                 # resident decode programs per SM assumed by the
 MAX_BLOCK_M = 64
 MAX_SPLITS = 128
 
-NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "head_d", "head_dv", "num_splits",
+NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "num_splits",
                  "window_left", "window_right", "kv_bucket", "stride_slope_b"]
 
 
@@ -98,7 +98,10 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
             v_rows = offs_n.to(tl.int64) * stride_vs
         k_ptrs = K + k_head + k_rows[:, None] + offs_d[None, :]
         v_ptrs = V + v_head + v_rows[:, None] + offs_dv[None, :]
-        if MASKED:
+        # (mask the head dim only when it is padded: see common.load_tile for why)
+        if MASKED and EVEN_D:
+            k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
+        elif MASKED:
             k = tl.load(k_ptrs, mask=in_seq[:, None] & (offs_d[None, :] < head_d), other=0.0)
         elif EVEN_D:
             k = tl.load(k_ptrs)
@@ -121,7 +124,9 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
         p = tl.math.exp2(s2 - m_shift[:, None])
         alpha = tl.math.exp2(m_i - m_shift)                              # the discount
         l_i = l_i * alpha + tl.sum(p, 1)
-        if MASKED:
+        if MASKED and EVEN_DV:
+            v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
+        elif MASKED:
             v = tl.load(v_ptrs, mask=in_seq[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
         elif EVEN_DV:
             v = tl.load(v_ptrs)
