@@ -117,3 +117,95 @@ def test_varlen_max_seqlen_too_small():
         flash_attn_varlen_func(q, q, q, cu, cu, 9, 10)
     with pytest.raises(ValueError, match="same batch"):
         flash_attn_varlen_func(q, q, q, cu, _cu([10, 10]), 10, 10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Paged K/V (block_table): a prefill over a paged cache, forward only.
+
+PAGE = 128
+
+
+def _paged(k_packed, lengths, pages_per_seq, num_blocks, seed=0):
+    """Scatter packed keys into shuffled pages; returns (k_pages, block_table). Unused pages and
+    rows hold random values (they must never be read)."""
+    g = torch.Generator().manual_seed(seed)
+    h, d = k_packed.shape[1:]
+    k_pages = torch.randn(num_blocks, PAGE, h, d, generator=g).to(DEVICE, k_packed.dtype)
+    order = torch.randperm(num_blocks, generator=g)
+    table = torch.full((len(lengths), pages_per_seq), -1, dtype=torch.int32)
+    start, used = 0, 0
+    for b, n in enumerate(lengths):
+        for j in range(-(-n // PAGE)):
+            page = int(order[used])
+            used += 1
+            table[b, j] = page
+            rows = k_packed[start + j * PAGE:start + min(n, (j + 1) * PAGE)]
+            k_pages[page, :rows.shape[0]] = rows
+        start += n
+    return k_pages, table.to(DEVICE)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_paged_varlen_equals_packed(backend, causal):
+    lq, lk = [40, 1, 77], [300, 129, 77]
+    hq, hkv, d = 4, 2, 16
+    q = torch.randn(sum(lq), hq, d, device=DEVICE, dtype=DTYPE)
+    k = torch.randn(sum(lk), hkv, d, device=DEVICE, dtype=DTYPE)
+    v = torch.randn(sum(lk), hkv, d, device=DEVICE, dtype=DTYPE)
+    k_pages, table = _paged(k, lk, pages_per_seq=4, num_blocks=9)
+    v_pages, table_v = _paged(v, lk, pages_per_seq=4, num_blocks=9)
+    assert torch.equal(table, table_v)                    # same seed: the same page layout
+    cu_q, cu_k = _cu(lq), _cu(lk)
+    with torch.no_grad():
+        packed, lse_packed, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
+                                                       causal=causal, return_attn_probs=True)
+        paged, lse_paged, _ = flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(lq),
+                                                     max(lk), causal=causal, block_table=table,
+                                                     return_attn_probs=True)
+    # The same tiles in the same order, only fetched through the table: identical results.
+    assert torch.equal(paged, packed) and torch.equal(lse_paged, lse_packed)
+    # and the paged result against the float64 reference of each sequence
+    for b in range(len(lq)):
+        qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        seq = [t[None, s] for t, s in ((q, qs), (k, ks), (v, ks))]
+        params, _ = _flash_params(*seq, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        ref, _ = attention_reference(*(t.double() for t in seq), params)
+        same, _ = attention_reference(*seq, params, dtype=DTYPE)
+        assert_within_budget(f"seq{b}", paged[None, qs], ref, same, FLOOR[DTYPE])
+
+
+def _paged_inputs():
+    q = torch.randn(30, 2, 16, device=DEVICE, dtype=DTYPE)
+    pages = torch.randn(4, PAGE, 1, 16, device=DEVICE, dtype=DTYPE)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device=DEVICE)
+    return q, pages, table, _cu([10, 20]), _cu([200, 256])
+
+
+PAGED_BAD = {
+    "table-int64": (lambda q, p, t: dict(block_table=t.long()), TypeError, "int32"),
+    "table-batch": (lambda q, p, t: dict(block_table=t[:1]), ValueError, "batch=2"),
+    "page-size": (lambda q, p, t: dict(k=p[:, :64], v=p[:, :64], block_table=t), ValueError,
+                  "multiple of 128"),
+    "page-out-of-range": (lambda q, p, t: dict(block_table=t.clone().fill_(4)), ValueError,
+                          "out of range"),
+    "table-too-short": (lambda q, p, t: dict(block_table=t[:, :1]), ValueError, "holds 1 pages"),
+    "kv-3d": (lambda q, p, t: dict(k=p[:, 0], v=p[:, 0], block_table=t), ValueError, "4 dimensions"),
+}
+
+
+@pytest.mark.parametrize("name", list(PAGED_BAD), ids=list(PAGED_BAD))
+def test_paged_varlen_bad_input(name):
+    q, pages, table, cu_q, cu_k = _paged_inputs()
+    build, exc, word = PAGED_BAD[name]
+    args = dict(k=pages, v=pages, block_table=table)
+    args.update(build(q, pages, table))
+    with pytest.raises(exc, match=word):
+        flash_attn_varlen_func(q, args["k"], args["v"], cu_q, cu_k, 20, 256,
+                               block_table=args["block_table"])
+
+
+def test_paged_varlen_is_forward_only():
+    q, pages, table, cu_q, cu_k = _paged_inputs()
+    with pytest.raises(ValueError, match="forward only"):
+        flash_attn_varlen_func(q.requires_grad_(), pages, pages, cu_q, cu_k, 20, 256,
+                               block_table=table)

@@ -131,7 +131,8 @@ def check_bool(name: str, value) -> bool:
 def check_cu_seqlens(name: str, cu, total: int, device: torch.device, max_name: str,
                      max_seqlen) -> list[int]:
     """``cu_seqlens``: int32 ``(batch + 1,)`` on q's device, 0 first, non-decreasing, ``total``
-    last; ``max_seqlen`` an int at least the longest sequence. Returns the lengths."""
+    last (unless ``total`` is None: paged keys); ``max_seqlen`` an int at least the longest
+    sequence. Returns the lengths."""
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be an int32 tensor of shape (batch + 1,), got "
                         f"{type(cu).__name__}")
@@ -147,7 +148,7 @@ def check_cu_seqlens(name: str, cu, total: int, device: torch.device, max_name: 
     if values[0] != 0 or any(n < 0 for n in lengths):
         raise ValueError(f"{name} must start at 0 and never decrease, got {values[:8]}"
                          f"{'...' if len(values) > 8 else ''}")
-    if values[-1] != total:
+    if total is not None and values[-1] != total:
         raise ValueError(f"{name}[-1] must equal the packed length {total}, got {values[-1]}")
     if isinstance(max_seqlen, bool) or not isinstance(max_seqlen, int):
         raise TypeError(f"{max_name} must be an int, got {max_seqlen!r}")

@@ -102,7 +102,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             as in :func:`flash_attn_func` (``alibi_slopes`` ``(nheads,)`` or ``(batch, nheads)``).
         return_attn_probs: also return ``softmax_lse`` float32 ``(nheads, total_q)`` and
             ``S_dmask`` ``(batch, nheads, max_seqlen_q, max_seqlen_k)`` (zero-padded).
-        block_table: paged K/V (not yet in varlen: use :func:`flash_attn_with_kvcache`).
+        block_table: optional int32 ``(batch, max_blocks_per_seq)``, paged K/V (a prefill over a
+            paged cache): k/v are then ``(num_blocks, page_block_size, nheads_k, headdim)``
+            with ``page_block_size`` a multiple of 128 (flash-attn asks for 256), key ``j`` of
+            sequence ``b`` is row ``j % page_block_size`` of page
+            ``block_table[b, j // page_block_size]``, and ``cu_seqlens_k`` gives the key
+            lengths. Forward only (as in flash-attn): inputs must not require grad.
 
     Returns:
         ``out`` ``(total_q, nheads, headdim_v)``, or ``(out, softmax_lse, S_dmask)``.
@@ -113,44 +118,47 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         >>> out = flash_attn_varlen_func(q, q, q, cu, cu, 250, 250, causal=True)
     """
     layout = "(total, nheads, headdim)"
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        V.check_tensor(name, t, 3, layout)
+    paged = block_table is not None
+    V.check_tensor("q", q, 3, layout)
+    kv_layout = "(num_blocks, page_block_size, nheads_k, headdim)" if paged else layout
+    for name, t in (("k", k), ("v", v)):
+        V.check_tensor(name, t, 4 if paged else 3, kv_layout)
     V.check_same(("q", "k", "v"), (q, k, v))
-    if k.shape[0] != v.shape[0] or k.shape[1] != v.shape[1]:
-        raise ValueError(f"k and v must have the same packed length and heads, got "
-                         f"{tuple(k.shape[:2])} and {tuple(v.shape[:2])} (layout {layout})")
-    V.check_qkv_shapes(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), seq_dim=1, head_dim=2,
-                       layout=layout)
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"k and v must agree on all but the head dim, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)} (layout {kv_layout})")
+    k4, v4 = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
+    V.check_qkv_shapes(q.unsqueeze(0), k4[:1], v4[:1], seq_dim=1, head_dim=2, layout=layout)
     V.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device, "max_seqlen_q",
                        max_seqlen_q)
-    V.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, k.shape[0], q.device, "max_seqlen_k",
-                       max_seqlen_k)
+    lengths_k = V.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0],
+                                   q.device, "max_seqlen_k", max_seqlen_k)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must describe the same batch, got "
                          f"{cu_seqlens_q.numel() - 1} and {cu_seqlens_k.numel() - 1} sequences")
-    if block_table is not None:
-        raise NotImplementedError("block_table (paged K/V) is not supported by "
-                                  "flash_attn_varlen_func yet; use flash_attn_with_kvcache for "
-                                  "paged caches")
+    if paged:
+        _check_paged_varlen(q, k, v, block_table, lengths_k)
     batch = cu_seqlens_q.numel() - 1
-    params, backend = _flash_params(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), dropout_p,
+    params, backend = _flash_params(q.unsqueeze(0), k4[:1], v4[:1], dropout_p,
                                     softmax_scale, causal, window_size, softcap, None,
                                     deterministic)
     params = params.with_(
         alibi_slopes=V.check_alibi(alibi_slopes, batch, q.shape[1], q.device),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-        max_seqlen_q=max(int(max_seqlen_q), 1), max_seqlen_k=max(int(max_seqlen_k), 1))
+        max_seqlen_q=max(int(max_seqlen_q), 1), max_seqlen_k=max(int(max_seqlen_k), 1),
+        block_table=block_table)
     V.check_bool("return_attn_probs", return_attn_probs)
     out, lse = attention(q, k, v, params, backend)
     if not return_attn_probs:
         return out
     probs = torch.zeros(batch, q.shape[1], params.max_seqlen_q, params.max_seqlen_k,
                         dtype=q.dtype, device=q.device)
-    from .reference.varlen import _sequences
+    from .reference.varlen import _sequences, sequence_kv
     for b, qs, ks, params_b in _sequences(params, q.shape[1]):
         if qs.stop > qs.start and ks.stop > ks.start:
+            kb, vb = sequence_kv(k, v, params, b, ks)
             probs[b, :, :qs.stop - qs.start, :ks.stop - ks.start] = _attn_probs(
-                q[qs].unsqueeze(0), k[ks].unsqueeze(0), v[ks].unsqueeze(0), params_b)[0]
+                q[qs].unsqueeze(0), kb.unsqueeze(0), vb.unsqueeze(0), params_b)[0]
     return out, lse, probs
 
 
@@ -215,6 +223,44 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     out, _ = attention(q, k, v, params, backend)
     return out.transpose(1, 2)
+
+
+PAGED_VARLEN_PAGE = 128   # page sizes a multiple of this: a kernel tile never straddles pages
+
+
+def _check_paged_varlen(q, k, v, block_table, lengths_k) -> None:
+    """``flash_attn_varlen_func`` with ``block_table``: shapes, page size, forward only, and
+    every page a sequence uses inside ``[0, num_blocks)`` (varlen already reads cu_seqlens on
+    the host, so the table's check adds no further synchronisation point of its own kind)."""
+    if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32:
+        raise TypeError("block_table must be an int32 tensor of shape (batch, max_blocks_per_seq), "
+                        f"got {getattr(block_table, 'dtype', type(block_table).__name__)}")
+    batch = len(lengths_k)
+    if block_table.dim() != 2 or block_table.shape[0] != batch:
+        raise ValueError(f"block_table must have shape (batch={batch}, max_blocks_per_seq), got "
+                         f"{tuple(block_table.shape)}")
+    if block_table.device != q.device:
+        raise ValueError(f"block_table must be on {q.device} like q, got {block_table.device}")
+    num_blocks, page = k.shape[0], k.shape[1]
+    if page % PAGED_VARLEN_PAGE != 0:
+        raise ValueError(f"page_block_size (k.shape[1]) must be a multiple of {PAGED_VARLEN_PAGE} "
+                         f"for paged varlen, got {page}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise ValueError("flash_attn_varlen_func with block_table is forward only (paged caches "
+                         "serve inference); run it under torch.no_grad() or detach the inputs")
+    capacity = block_table.shape[1] * page
+    table = block_table.cpu()
+    for b, n in enumerate(lengths_k):
+        if n > capacity:
+            raise ValueError(f"sequence {b} has {n} keys but block_table holds "
+                             f"{block_table.shape[1]} pages of {page} = {capacity} rows")
+        used = table[b, :-(-n // page)]
+        bad = (used < 0) | (used >= num_blocks)
+        if bad.any():
+            j = int(bad.nonzero()[0, 0])
+            raise ValueError(f"block_table[{b}, {j}] = {int(used[j])} is out of range: k/v have "
+                             f"{num_blocks} pages; every page a sequence uses must be in "
+                             f"[0, {num_blocks})")
 
 
 def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

@@ -47,6 +47,9 @@ class AttentionParams:
         attn_bias: float ``(b|1, h|1, sq|1, sk|1)`` added to scores, or bool (True = keep).
         cu_seqlens_q, cu_seqlens_k: int32 ``(batch + 1,)`` sequence starts (varlen: Q/K/V are
             packed ``(total, nheads, headdim)``); ``max_seqlen_q``/``max_seqlen_k`` their maxima.
+        block_table: varlen with paged K/V: int32 ``(batch, max_blocks)``; key ``j`` of sequence
+            ``b`` is row ``j % page`` of page ``block_table[b, j // page]`` of K/V
+            ``(num_blocks, page, nheads_k, headdim)`` (forward only).
     """
 
     softmax_scale: float
@@ -68,6 +71,7 @@ class AttentionParams:
     cu_seqlens_k: Optional[torch.Tensor] = None
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
+    block_table: Optional[torch.Tensor] = None
 
     def __post_init__(self):
         if self.dropout_p > 0:

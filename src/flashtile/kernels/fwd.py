@@ -27,7 +27,7 @@ from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi
 
 @triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop, idx_ptr,
-               offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
+               table_row, stride_kp, stride_vp, offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
                window_left, window_right, slope_log2, qk_scale, softcap_log2,
                row_base, seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn,
                off_b, off_h, sm_args, mm_args,
@@ -36,18 +36,29 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_DROPOUT: tl.constexpr,
                HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
                HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
-               INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr):
+               INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PAGED: tl.constexpr,
+               PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the key tiles number ``[start, stop)`` (:func:`tile_start`: contiguous, or the
     blocks listed at ``idx_ptr``) into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that. ``USE_MASK_MOD``
     evaluates the user's mask_mod (partial blocks of a block mask); ``HAS_SCORE_MOD`` applies
-    the compiled score_mod (both from :mod:`flashtile.codegen`)."""
+    the compiled score_mod (both from :mod:`flashtile.codegen`). ``PAGED``: K/V live in pages of
+    ``PAGE_SIZE`` rows (a multiple of BLOCK_N, so a tile never straddles two), page
+    ``table_row[key // PAGE_SIZE]`` at ``k_base + page * stride_kp``."""
     for t in range(start, stop):
         start_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         rows = offs_m[:, None]
         cols = offs_n[None, :]
-        k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
+        if PAGED:
+            page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
+            k_tile = k_base + page * stride_kp + (start_n % PAGE_SIZE) * stride_kn
+            v_tile = v_base + page * stride_vp + (start_n % PAGE_SIZE) * stride_vn
+            offs_t = tl.arange(0, BLOCK_N)                          # rows within the tile
+            k = load_tile(k_tile, offs_t, stride_kn, offs_d, seqlen_k - start_n, head_d, MASKED,
+                          EVEN_D)
+        else:
+            k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
         s2, _ = scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
@@ -74,7 +85,11 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         p = tl.math.exp2(s2 - m_shift[:, None])
         alpha = tl.math.exp2(m_i - m_shift)                              # the discount
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
+        if PAGED:
+            v = load_tile(v_tile, offs_t, stride_vn, offs_dv, seqlen_k - start_n, head_dv, MASKED,
+                          EVEN_DV)
+        else:
+            v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
@@ -94,6 +109,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 seed, rng_offset, rng_stride_b, dropout_p,
                 stride_bb, stride_bh, stride_bm, stride_bn, sm_args, mm_args,
                 KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX, mask_b, mask_h, mask_nq, mask_nkv,
+                BLOCK_TABLE, stride_bt,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
@@ -101,7 +117,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 IS_VARLEN: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
                 SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
-                MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PRECISION: tl.constexpr):
+                MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
+                PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
@@ -114,8 +131,13 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     offs_dv = tl.arange(0, HEAD_DV)
     q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
     q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
+    if PAGED:            # pages found per tile; stride_kb/vb are the page strides here
+        k_base = K + off_hkv * stride_kh
+        v_base = V + off_hkv * stride_vh
+    else:
+        k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
+        v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
+    table_row = BLOCK_TABLE + off_b * stride_bt
     slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
 
     bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
@@ -132,30 +154,33 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
         per_block = MASK_BKV // BLOCK_N
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
-                                   offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
                                    mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   True, MASK_BKV, PRECISION)
+                                   True, MASK_BKV, PAGED, PAGE_SIZE,
+                                   PRECISION)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(FULL_KV_NUM + row) * per_block,
                                    FULL_KV_IDX + row * mask_nkv,
-                                   offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                   table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
                                    mm_args, BLOCK_N, FULL_BOUND, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
-                                   True, MASK_BKV, PRECISION)
+                                   True, MASK_BKV, PAGED, PAGE_SIZE,
+                                   PRECISION)
     else:
         a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
                                  window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   a // BLOCK_N, b // BLOCK_N, KV_IDX, offs_m, offs_d,
+                                   a // BLOCK_N, b // BLOCK_N, KV_IDX, table_row, stride_kb,
+                                   stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
@@ -163,9 +188,11 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   False, MASK_BKV, PRECISION)
+                                   False, MASK_BKV, PAGED, PAGE_SIZE,
+                                   PRECISION)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   b // BLOCK_N, c // BLOCK_N, KV_IDX, offs_m, offs_d,
+                                   b // BLOCK_N, c // BLOCK_N, KV_IDX, table_row, stride_kb,
+                                   stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
@@ -173,9 +200,11 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    mm_args, BLOCK_N, False, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   False, MASK_BKV, PRECISION)
+                                   False, MASK_BKV, PAGED, PAGE_SIZE,
+                                   PRECISION)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   c // BLOCK_N, d // BLOCK_N, KV_IDX, offs_m, offs_d,
+                                   c // BLOCK_N, d // BLOCK_N, KV_IDX, table_row, stride_kb,
+                                   stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
@@ -183,7 +212,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   False, MASK_BKV, PRECISION)
+                                   False, MASK_BKV, PAGED, PAGE_SIZE,
+                                   PRECISION)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
@@ -228,12 +258,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     Shapes: q ``(b, sq, hq, d)``, k ``(b, sk, hkv, d)``, v ``(b, sk, hkv, dv)`` (last dim
     contiguous, any other strides). Returns out ``(b, sq, hq, dv)`` in q's dtype and lse float32
     ``(b, hq, sq)`` (natural log). Varlen (``params.cu_seqlens_q`` set): q ``(total_q, hq, d)``,
-    k/v ``(total_k, hkv, d|dv)``, out ``(total_q, hq, dv)``, lse ``(hq, total_q)``.
+    k/v ``(total_k, hkv, d|dv)``, out ``(total_q, hq, dv)``, lse ``(hq, total_q)``; with
+    ``params.block_table`` k/v are pages ``(num_blocks, page, hkv, d|dv)``.
     """
     varlen = params.cu_seqlens_q is not None
     out_shape = (*q.shape[:-1], v.shape[-1])
+    paged = params.block_table is not None       # varlen over paged K/V: k/v stay 4-D pages
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
-        q, k, v = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+        q = q.unsqueeze(0)
+        if not paged:
+            k, v = k.unsqueeze(0), v.unsqueeze(0)
         batch = params.cu_seqlens_q.numel() - 1
         seqlen_q, seqlen_k = params.max_seqlen_q, params.max_seqlen_k
     else:
@@ -255,13 +289,16 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
     _fwd_launch[grid](
         q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
-        *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(out4, varlen),
+        *strides(q, varlen), *strides(k, varlen and not paged),
+        *strides(v, varlen and not paged), *strides(out4, varlen),
         stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
         seq_bucket(seqlen_q, seqlen_k),
         **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
         **window_args(params), **score_args(params), **dropout_args(params), **bias,
         **mod_args(params, q.device), **sparse_args(params, seqlen_k, lse, "kv"),
+        BLOCK_TABLE=params.block_table if paged else lse,
+        stride_bt=params.block_table.stride(0) if paged else 0,
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
-        PRECISION=dot_precision(q.dtype),
+        PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
     )
     return out, lse
