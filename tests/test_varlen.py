@@ -209,3 +209,24 @@ def test_paged_varlen_is_forward_only():
     with pytest.raises(ValueError, match="forward only"):
         flash_attn_varlen_func(q.requires_grad_(), pages, pages, cu_q, cu_k, 20, 256,
                                block_table=table)
+
+
+def test_grid_takes_heaviest_sequences_first(monkeypatch):
+    from flashtile import interface
+    order = interface._heaviest_first([5, 40, 1, 40], [5, 30, 50, 40], "cpu")
+    assert order.tolist() == [3, 1, 2, 0] and order.dtype == torch.int32
+    # The order changes when a sequence runs, never what it computes (bitwise).
+    lq, lk = [9, 30, 1, 17], [25, 12, 40, 17]
+    q = torch.randn(sum(lq), 4, 16, device=DEVICE, dtype=DTYPE, requires_grad=True)
+    k = torch.randn(sum(lk), 2, 16, device=DEVICE, dtype=DTYPE, requires_grad=True)
+    v = torch.randn(sum(lk), 2, 16, device=DEVICE, dtype=DTYPE, requires_grad=True)
+    results = []
+    for reverse in (False, True):
+        monkeypatch.setattr(interface, "_heaviest_first", lambda lq_, lk_, dev, r=reverse: (
+            torch.arange(len(lq_), dtype=torch.int32, device=dev).flip(0) if r
+            else torch.arange(len(lq_), dtype=torch.int32, device=dev)))
+        out = flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lk), max(lq), max(lk), causal=True)
+        grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+        results.append((out, *grads))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)

@@ -129,8 +129,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                          f"{tuple(v.shape)} (layout {kv_layout})")
     k4, v4 = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
     V.check_qkv_shapes(q.unsqueeze(0), k4[:1], v4[:1], seq_dim=1, head_dim=2, layout=layout)
-    V.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device, "max_seqlen_q",
-                       max_seqlen_q)
+    lengths_q = V.check_cu_seqlens("cu_seqlens_q", cu_seqlens_q, q.shape[0], q.device,
+                                   "max_seqlen_q", max_seqlen_q)
     lengths_k = V.check_cu_seqlens("cu_seqlens_k", cu_seqlens_k, None if paged else k.shape[0],
                                    q.device, "max_seqlen_k", max_seqlen_k)
     if cu_seqlens_q.numel() != cu_seqlens_k.numel():
@@ -146,7 +146,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         alibi_slopes=V.check_alibi(alibi_slopes, batch, q.shape[1], q.device),
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
         max_seqlen_q=max(int(max_seqlen_q), 1), max_seqlen_k=max(int(max_seqlen_k), 1),
-        block_table=block_table)
+        block_table=block_table, seq_order=_heaviest_first(lengths_q, lengths_k, q.device))
     V.check_bool("return_attn_probs", return_attn_probs)
     out, lse = attention(q, k, v, params, backend)
     if not return_attn_probs:
@@ -223,6 +223,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     out, _ = attention(q, k, v, params, backend)
     return out.transpose(1, 2)
+
+
+def _heaviest_first(lengths_q: list[int], lengths_k: list[int], device) -> torch.Tensor:
+    """Sequences by decreasing work (``len_q * len_k``; the lengths are already on the host):
+    the kernels' grid starts the longest programs first, so they do not straggle at the end."""
+    order = sorted(range(len(lengths_q)), key=lambda b: -lengths_q[b] * lengths_k[b])
+    return torch.tensor(order, dtype=torch.int32, device=device)
 
 
 PAGED_VARLEN_PAGE = 128   # page sizes a multiple of this: a kernel tile never straddles pages

@@ -50,6 +50,8 @@ class AttentionParams:
         block_table: varlen with paged K/V: int32 ``(batch, max_blocks)``; key ``j`` of sequence
             ``b`` is row ``j % page`` of page ``block_table[b, j // page]`` of K/V
             ``(num_blocks, page, nheads_k, headdim)`` (forward only).
+        seq_order: varlen: int32 ``(batch,)``, the order in which the kernels' grid takes the
+            sequences (heaviest first); None keeps the batch order.
     """
 
     softmax_scale: float
@@ -72,6 +74,7 @@ class AttentionParams:
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
     block_table: Optional[torch.Tensor] = None
+    seq_order: Optional[torch.Tensor] = None
 
     def __post_init__(self):
         if self.dropout_p > 0:

@@ -40,7 +40,7 @@ from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, allo
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_keep,
                      interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
-                     tile_ranges, tile_start, varlen_args, window_args)
+                     tile_ranges, tile_start, varlen_args, varlen_sequence, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -149,7 +149,8 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                      stride_dkb, stride_dks, stride_dkh, stride_dvb, stride_dvs, stride_dvh,
                      stride_dqb, stride_dqs, stride_dqh,
                      stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
-                     seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
+                     seq_bucket, CU_Q, CU_K, SEQ_ORDER, stride_lse_b, stride_lse_h, window_left,
+                     window_right,
                      qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
                      stride_bb, stride_bh, stride_bm, stride_bn, stride_dbb, stride_dbh,
                      stride_dbm, sm_args, mm_args, KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX,
@@ -172,7 +173,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
     bhkv = pid // n_nblocks
     start_n = (pid % n_nblocks) * BLOCK_N
     nheads_kv = nheads // group
-    off_b = (bhkv // nheads_kv).to(tl.int64)
+    off_b = varlen_sequence((bhkv // nheads_kv).to(tl.int64), SEQ_ORDER, IS_VARLEN)
     off_hkv = (bhkv % nheads_kv).to(tl.int64)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
@@ -310,7 +311,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    stride_vb, stride_vs, stride_vh, stride_dob, stride_dos, stride_doh,
                    stride_dqb, stride_dqs, stride_dqh,
                    stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv,
-                   seq_bucket, CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right,
+                   seq_bucket, CU_Q, CU_K, SEQ_ORDER, stride_lse_b, stride_lse_h, window_left,
+                   window_right,
                    qk_scale, softcap_log2, sm_scale, seed, rng_offset, rng_stride_b, dropout_p,
                    stride_bb, stride_bh, stride_bm, stride_bn, sm_args, mm_args,
                    KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX, mask_b, mask_h, mask_nq, mask_nkv,
@@ -325,6 +327,7 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, EVEN_D: tl.constexpr,
                    EVEN_DV: tl.constexpr, PRECISION: tl.constexpr):
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
+    off_b = varlen_sequence(off_b, SEQ_ORDER, IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:

@@ -179,8 +179,14 @@ def varlen_args(params, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, l
         stride_lse_b, stride_lse_h = 0, lse.stride(0)
     else:
         stride_lse_b, stride_lse_h = lse.stride(0), lse.stride(1)
+    order = lse
+    if varlen:
+        order = params.seq_order
+        if order is None:                        # callers below the public API: keep the order
+            order = torch.arange(batch, dtype=torch.int32, device=lse.device)
     return dict(
         CU_Q=params.cu_seqlens_q if varlen else lse, CU_K=params.cu_seqlens_k if varlen else lse,
+        SEQ_ORDER=order,
         stride_lse_b=stride_lse_b, stride_lse_h=stride_lse_h,
         rng_stride_b=dropout_stride_b(nheads, seqlen_q, seqlen_k), IS_VARLEN=varlen,
     )
@@ -205,6 +211,16 @@ def query_tile(nheads, group, seqlen_q, BLOCK_M: tl.constexpr):
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     return start_m, (bh // nheads).to(tl.int64), off_h.to(tl.int64), off_hkv
+
+
+@triton.jit
+def varlen_sequence(slot, SEQ_ORDER, IS_VARLEN: tl.constexpr):
+    """Varlen: the sequence the grid's ``slot``-th batch entry works on, ``SEQ_ORDER[slot]``
+    (heaviest first, ``params.seq_order``): the longest programs start first instead of
+    straggling at the end of the grid. Dense batches keep their order."""
+    if IS_VARLEN:
+        slot = tl.load(SEQ_ORDER + slot).to(tl.int64)
+    return slot
 
 
 @triton.jit

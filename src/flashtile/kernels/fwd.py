@@ -22,7 +22,8 @@ from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi
                      alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_keep,
                      env_block, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
                      query_tile, score_args, scores_log2, seq_bounds, seq_bucket, sparse_args,
-                     strides, tile_ranges, tile_start, varlen_args, window_args)
+                     strides, tile_ranges, tile_start, varlen_args, varlen_sequence,
+                     window_args)
 
 
 @triton.jit
@@ -105,7 +106,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
                 stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
                 stride_slope_b, nheads, group, seqlen_q, seqlen_k, head_d, head_dv, seq_bucket,
-                CU_Q, CU_K, stride_lse_b, stride_lse_h, window_left, window_right, qk_scale, softcap_log2,
+                CU_Q, CU_K, SEQ_ORDER, stride_lse_b, stride_lse_h, window_left, window_right,
+                qk_scale, softcap_log2,
                 seed, rng_offset, rng_stride_b, dropout_p,
                 stride_bb, stride_bh, stride_bm, stride_bn, sm_args, mm_args,
                 KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX, mask_b, mask_h, mask_nq, mask_nkv,
@@ -121,6 +123,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
+    off_b = varlen_sequence(off_b, SEQ_ORDER, IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
