@@ -56,7 +56,8 @@ def _config(text):
 
 
 class Capture:
-    """Replaces an autotuner: ``tuner[grid](*args, **kw)`` compiles the kernel with ``config``."""
+    """Replaces a kernel's launcher (``flashtile.kernels.common.TunedLaunch``):
+    ``launch[grid](*args, **kw)`` compiles the kernel with ``config`` and never runs it."""
 
     def __init__(self, name, tuner, config, sink):
         self.name, self.fn, self.config, self.sink = name, tuner.fn, config, sink
@@ -162,9 +163,9 @@ def main() -> int:
     import flashtile
     from flashtile.kernels import bwd, fwd
     sink = []
-    fwd._fwd = Capture("fwd", fwd._fwd, _config(args.fwd), sink)
-    bwd._dkdv = Capture("dkdv", bwd._dkdv, _config(args.dkdv), sink)
-    bwd._dq = Capture("dq", bwd._dq, _config(args.dq), sink)
+    fwd._fwd_launch = Capture("fwd", fwd._fwd, _config(args.fwd), sink)
+    bwd._dkdv_launch = Capture("dkdv", bwd._dkdv, _config(args.dkdv), sink)
+    bwd._dq_launch = Capture("dq", bwd._dq, _config(args.dq), sink)
     bwd._bwd_preprocess = Capture("preprocess", type("T", (), {"fn": bwd._bwd_preprocess})(),
                                   triton.Config({}, num_warps=4, num_stages=1), [])
 
