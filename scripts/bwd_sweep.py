@@ -11,10 +11,9 @@ each dQ strategy of ``flashtile.kernels.bwd`` (``atomic``: one pass, dQ summed w
 3. records every autotuned kernel's per-config timings (``configs_timings``), so one run says
    which tile shapes win where.
 
-``--warm-procs N`` first compiles every candidate config in N parallel processes (each one
-compiles config i of every kernel through ``FLASHTILE_CONFIG_PICK=i`` into Triton's on-disk
-cache), so the autotuning that follows mostly loads binaries instead of compiling them one by
-one. JSON goes to ``--out``/bwd-sweep.json (rewritten after each point); the table is printed
+``--warm-procs N`` first compiles every candidate config in N parallel processes
+(:mod:`flashtile.bench.warm`), so the autotuning that follows mostly loads binaries instead of
+compiling them one by one. JSON goes to ``--out``/bwd-sweep.json (rewritten after each point); the table is printed
 last. FLOPs: flash-attention's convention (fwd 4*b*h*s*s*d, halved when causal; fwd+bwd 3.5x).
 
     python3 scripts/bwd_sweep.py --headdims 64,128 --seqlens 1024,4096,16384 --warm-procs 12
@@ -25,10 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -103,24 +100,6 @@ def flops(seqlen, d, causal, mode):
     return f * (3.5 if mode == "fwdbwd" else 1.0)
 
 
-def warm(args) -> float:
-    """Compile every candidate config of every kernel in parallel processes (disk cache)."""
-    start = time.time()
-    cmd = [sys.executable, __file__, "--warm-only", "--headdims", args.headdims,
-           "--modes", args.modes, "--causal", args.causal]
-
-    def one(i):
-        env = dict(os.environ, FLASHTILE_CONFIG_PICK=str(i))
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        return i, r.returncode, r.stderr[-500:]
-
-    with ThreadPoolExecutor(args.warm_procs) as pool:
-        for i, rc, err in pool.map(one, range(args.warm_procs)):
-            if rc:
-                print(f"warm process {i} failed: {err}")
-    return time.time() - start
-
-
 def causal_list(text):
     return {"both": [False, True], "yes": [True], "no": [False]}[text]
 
@@ -133,20 +112,10 @@ def main() -> int:
     p.add_argument("--modes", default="atomic,two-pass")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--warm-procs", type=int, default=0)
-    p.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
     args = p.parse_args()
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     modes = args.modes.split(",")
-
-    if args.warm_only:                       # one small call per (d, causal, mode): compiles only
-        for d in _ints(args.headdims):
-            for causal in causal_list(args.causal):
-                for mode in modes:
-                    os.environ["FLASHTILE_BWD_DQ"] = mode
-                    fwd_bwd(*make_inputs(1024, d, dtype), causal)
-        torch.cuda.synchronize()
-        return 0
 
     import triton
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -155,7 +124,9 @@ def main() -> int:
     result = {"commit": os.environ.get("FLASHTILE_COMMIT", "unknown"), "dtype": args.dtype,
               "device": torch.cuda.get_device_name(), "tokens": TOKENS, "points": []}
     if args.warm_procs:
-        result["warm_s"] = warm(args)
+        from flashtile.bench.warm import warm_compile_cache
+        result["warm_s"] = warm_compile_cache(_ints(args.headdims), causal_list(args.causal),
+                                              [args.dtype], procs=args.warm_procs)
         print(f"warm-up compile in {args.warm_procs} processes: {result['warm_s']:.0f} s", flush=True)
 
     for d in _ints(args.headdims):
