@@ -150,6 +150,7 @@ def main() -> int:
     p.add_argument("--dkdv", default="64,128,8,3")
     p.add_argument("--dq", default="128,64,8,3")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout_p (0: none)")
+    p.add_argument("--bias", action="store_true", help="an additive float mask (b, 1, s, s)")
     p.add_argument("--sparse", type=float, default=0.0,
                    help="compile the block-sparse path: a random 128x128 BlockMask of this density")
     p.add_argument("--decode", choices=("contiguous", "paged"),
@@ -178,6 +179,9 @@ def main() -> int:
                                                   (-1, -1), 0.0, None, args.deterministic)
     if args.dropout:
         params = params.with_(seed=1, offset=0)
+    if args.bias:
+        params = params.with_(attn_bias=torch.randn(1, 1, args.seqlen, args.seqlen, dtype=dtype),
+                              bottom_right=False)
     if args.sparse:
         from dataclasses import replace
         nb = -(-args.seqlen // 128)

@@ -110,7 +110,8 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
                               window_left, window_right, slope_log2, qk_scale, softcap_log2,
                               bias_base, stride_bm, stride_bn, off_b, off_h, sm_args, mm_args,
                               MASKED, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS,
-                              BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
+                              BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD,
+                              True)     # the KV tile itself may overhang the keys
         p_used = p_t
         if HAS_DROPOUT:
             # Regenerate the forward's mask; O = (P * Z / (1 - p)) V, so dV uses the dropped P
@@ -294,7 +295,7 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
                             window_right, slope_log2, qk_scale, softcap_log2, bias_base,
                             stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, MASKED,
                             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, BIAS_BOOL,
-                            SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD)
+                            SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD, MASKED)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if HAS_DROPOUT:
             keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_p,

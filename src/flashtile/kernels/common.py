@@ -36,11 +36,12 @@ LN2_K = tl.constexpr(LN2)
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
 # new sequence length or window recompiles all kernels. Strides stay specialised (alignment), and
 # so do head_d/head_dv: knowing d % 16 == 0 (d = 96, 160) keeps head-dim-masked loads 16 bytes
-# wide, hence pipelined (see load_tile); a model has one or two head dims.
+# wide, hence pipelined (see load_tile); a model has one or two head dims. The attention mask's
+# strides too: a unit key stride and 16-divisible others are what let its tiles load as vectors.
 NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "seq_bucket",
                  "window_left", "window_right", "stride_slope_b", "seed", "rng_offset",
-                 "rng_stride_b", "stride_lse_b", "stride_lse_h", "stride_bb", "stride_bh",
-                 "stride_bm", "stride_bn", "mask_b", "mask_h", "mask_nq", "mask_nkv"]
+                 "rng_stride_b", "stride_lse_b", "stride_lse_h", "mask_b", "mask_h", "mask_nq",
+                 "mask_nkv"]
 
 
 def padded_headdim(d: int) -> int:
@@ -76,10 +77,14 @@ SMEM_LIMIT = 232448 - 2048
 
 
 def smem_estimate(kind: str, block_m: int, block_n: int, stages: int, head_d: int,
-                  head_dv: int, elem: int) -> int:
+                  head_dv: int, elem: int, bias_elem: int = 0) -> int:
     """Bytes of shared memory a config needs: the tiles that stay resident plus ``stages``
     copies of the tiles streamed through the loop (what Triton allocates once the loads are
-    pipelined; matches its reports within a few KB)."""
+    pipelined; matches its reports within a few KB). ``bias_elem``: bytes per element of an
+    attention mask streamed with the keys (forward and dQ pipeline it; 0: none)."""
+    if bias_elem and kind != "dkdv":
+        return (smem_estimate(kind, block_m, block_n, stages, head_d, head_dv, elem)
+                + stages * block_m * block_n * bias_elem)
     width = (head_d + head_dv) * elem
     if kind == "fwd":                                  # Q resident; K, V streamed
         return block_m * head_d * elem + stages * block_n * width
@@ -94,12 +99,14 @@ def prune_configs(configs, named_args, kind: str = "fwd", **kwargs):
     ``kind``: ``fwd``, ``dkdv`` or ``dq`` (bind it with :func:`functools.partial`)."""
     hd, hdv = kwargs.get("HEAD_D", 64), kwargs.get("HEAD_DV", 64)
     head = max(hd, hdv)
-    q = named_args.get("Q")
+    q, bias = named_args.get("Q"), named_args.get("BIAS")
     elem = q.element_size() if hasattr(q, "element_size") else 2
+    bias_elem = bias.element_size() if kwargs.get("HAS_BIAS") and hasattr(bias, "element_size") \
+        else 0
     keep = [c for c in configs
             if (head <= 128 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] <= 64 * 64)
             and smem_estimate(kind, c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_stages,
-                              hd, hdv, elem) <= SMEM_LIMIT]
+                              hd, hdv, elem, bias_elem) <= SMEM_LIMIT]
     keep = keep or configs[-1:]
     if head > 128 and keep[-1] is configs[-1]:
         # Each list ends with its large-head config (fits d=256, fewest spills): try it first.
@@ -396,10 +403,14 @@ def dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_
 
 @triton.jit
 def add_bias(s2, bias_base, stride_bm, stride_bn, rows, cols, seqlen_q, seqlen_k,
-             BIAS_BOOL: tl.constexpr):
+             BIAS_BOOL: tl.constexpr, CHECK_COLS: tl.constexpr):
     """SDPA's ``attn_mask`` on a log2-domain score tile: bool (True = keep) or additive float.
-    The mask tensor is read through broadcast strides (0 along broadcast dims), never copied."""
-    inside = (rows < seqlen_q) & (cols < seqlen_k)
+    The mask tensor is read through broadcast strides (0 along broadcast dims), never copied.
+    ``CHECK_COLS``: the tile may reach past the last key. Tiles that cannot skip that test, so
+    the load keeps whole vectors along the keys (see :func:`load_tile`)."""
+    inside = rows < seqlen_q
+    if CHECK_COLS:
+        inside = inside & (cols < seqlen_k)
     ptrs = bias_base + rows * stride_bm + cols * stride_bn
     if BIAS_BOOL:
         keep = tl.load(ptrs, mask=inside, other=0) != 0
@@ -427,7 +438,8 @@ def bwd_probs(qk, lse2, rows, cols, seqlen_q, seqlen_k, diag_off, window_left, w
               sm_args, mm_args, MASKED: tl.constexpr, HAS_LEFT: tl.constexpr,
               HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
               HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
-              HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr):
+              HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
+              BIAS_CHECK_COLS: tl.constexpr):
     """Recompute ``P = exp(S - LSE)`` for one tile exactly as the forward built ``S`` (scale,
     softcap, ALiBi, score_mod, bias, mask_mod, band), in the orientation of ``qk`` (``lse2``
     broadcast like ``rows``). Returns ``(p, t, g)``: the softcap tanh and
@@ -440,7 +452,7 @@ def bwd_probs(qk, lse2, rows, cols, seqlen_q, seqlen_k, diag_off, window_left, w
         s2 = s_mod * LOG2E_K
     if HAS_BIAS:
         s2 = add_bias(s2, bias_base, stride_bm, stride_bn, rows, cols, seqlen_q, seqlen_k,
-                      BIAS_BOOL)
+                      BIAS_BOOL, BIAS_CHECK_COLS)
     if USE_MASK_MOD:
         s2 = tl.where(MASK_MOD(off_b, off_h, rows, cols, mm_args), s2, float("-inf"))
     p = tl.math.exp2(s2 - lse2)

@@ -67,7 +67,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
             s2 = SCORE_MOD(s2 * LN2_K, off_b, off_h, rows, cols, sm_args) * LOG2E_K
         if HAS_BIAS:
             s2 = add_bias(s2, bias_base, stride_bm, stride_bn, rows, cols, seqlen_q,
-                          seqlen_k, BIAS_BOOL)
+                          seqlen_k, BIAS_BOOL, MASKED)
         if USE_MASK_MOD:
             s2 = tl.where(MASK_MOD(off_b, off_h, rows, cols, mm_args),
                           s2, float("-inf"))
