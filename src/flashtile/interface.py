@@ -38,7 +38,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
             are never expanded in memory).
         v: ``(batch, seqlen_k, nheads_k, headdim_v)``; ``headdim_v`` may differ from ``headdim``.
             All three may be strided views as long as the last dimension is contiguous.
-        dropout_p: dropout probability on the attention weights (0 at evaluation).
+        dropout_p: dropout probability on the attention weights (0 at evaluation), applied at a
+            resolution of 2**-16 (0.1 -> 6554/65536; the mask is drawn from 16-bit uniforms and
+            kept weights are scaled by exactly 1 / (1 - that rate)).
         softmax_scale: defaults to ``1 / sqrt(headdim)``.
         causal: causal mask, aligned to the bottom-right corner when ``seqlen_q != seqlen_k``::
 
@@ -172,7 +174,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         attn_mask: bool (True = may attend) or float (added to the scores), any shape that
             broadcasts to ``(batch, nheads, seqlen_q, seqlen_k)``; read through broadcast strides,
             never expanded in memory. A float mask that requires grad gets its gradient.
-        dropout_p: dropout on the attention weights (applied whenever > 0, as torch does).
+        dropout_p: dropout on the attention weights (applied whenever > 0, as torch does), at a
+            resolution of 2**-16 (see :func:`flash_attn_func`).
         is_causal: causal mask aligned to the *top-left* corner (torch's convention: query ``i``
             sees keys ``j <= i``), unlike flash-attn's bottom-right::
 
