@@ -52,7 +52,8 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         return_lse: also return the log-sum-exp.
         dropout_p: dropout on the attention probabilities (flashtile extension; 0 at
             evaluation). The mask is regenerated in backward from a seed drawn from torch's
-            generator, so ``torch.manual_seed`` makes it reproducible.
+            generator, so ``torch.manual_seed`` makes it reproducible. Resolution 2**-16
+            (see :func:`flashtile.flash_attn_func`).
 
     Returns:
         ``out`` ``(batch, nheads, seqlen_q, headdim_v)`` in the input dtype (a transposed view
