@@ -145,7 +145,8 @@ def _paged(k_packed, lengths, pages_per_seq, num_blocks, seed=0):
     return k_pages, table.to(DEVICE)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("causal", [False, True, "features"],
+                         ids=["full", "causal", "window-softcap-alibi-dropout"])
 def test_paged_varlen_equals_packed(backend, causal):
     lq, lk = [40, 1, 77], [300, 129, 77]
     hq, hkv, d = 4, 2, 16
@@ -156,14 +157,22 @@ def test_paged_varlen_equals_packed(backend, causal):
     v_pages, table_v = _paged(v, lk, pages_per_seq=4, num_blocks=9)
     assert torch.equal(table, table_v)                    # same seed: the same page layout
     cu_q, cu_k = _cu(lq), _cu(lk)
+    kwargs = dict(causal=causal is True)
+    if causal == "features":
+        kwargs = dict(causal=True, window_size=(50, 0), softcap=4.0, dropout_p=0.2,
+                      alibi_slopes=torch.rand(len(lq), hq, device=DEVICE))
     with torch.no_grad():
+        torch.manual_seed(5)
         packed, lse_packed, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
-                                                       causal=causal, return_attn_probs=True)
+                                                       return_attn_probs=True, **kwargs)
+        torch.manual_seed(5)                               # the same dropout key
         paged, lse_paged, _ = flash_attn_varlen_func(q, k_pages, v_pages, cu_q, cu_k, max(lq),
-                                                     max(lk), causal=causal, block_table=table,
-                                                     return_attn_probs=True)
+                                                     max(lk), block_table=table,
+                                                     return_attn_probs=True, **kwargs)
     # The same tiles in the same order, only fetched through the table: identical results.
     assert torch.equal(paged, packed) and torch.equal(lse_paged, lse_packed)
+    if causal == "features":
+        return                                      # the packed path is checked elsewhere
     # and the paged result against the float64 reference of each sequence
     for b in range(len(lq)):
         qs, ks = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
