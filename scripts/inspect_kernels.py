@@ -23,8 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("TRITON_INTERPRET", "0")
-os.environ.pop("TRITON_INTERPRET", None)
+os.environ.pop("TRITON_INTERPRET", None)        # compile for the GPU, never interpret
 
 import torch                                                   # noqa: E402
 import triton                                                  # noqa: E402

@@ -240,8 +240,8 @@ PAGED_VARLEN_PAGE = 128   # page sizes a multiple of this: a kernel tile never s
 
 def _check_paged_varlen(q, k, v, block_table, lengths_k) -> None:
     """``flash_attn_varlen_func`` with ``block_table``: shapes, page size, forward only, and
-    every page a sequence uses inside ``[0, num_blocks)`` (varlen already reads cu_seqlens on
-    the host, so the table's check adds no further synchronisation point of its own kind)."""
+    every page a sequence uses inside ``[0, num_blocks)``. Reads the table on the host (one
+    copy; varlen synchronises for ``cu_seqlens`` already)."""
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32:
         raise TypeError("block_table must be an int32 tensor of shape (batch, max_blocks_per_seq), "
                         f"got {getattr(block_table, 'dtype', type(block_table).__name__)}")

@@ -165,10 +165,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="check every provider against the reference, time nothing")
     what.add_argument("--list-providers", action="store_true",
                       help="print the providers and whether they can run here, then exit")
-    what.add_argument("--warm-procs", type=int, default=6, metavar="N",
+    what.add_argument("--warm-procs", type=int, default=None, metavar="N",
                       help="on a GPU, compile flashtile's candidate kernel configs for the grid "
                            "in N parallel processes before timing (flashtile.bench.warm; "
-                           "0 = off; default 6)")
+                           "0 = off; default: one per candidate config)")
 
     out = parser.add_argument_group("output")
     out.add_argument("--out", type=Path, default=Path("bench-out"), metavar="DIR",
@@ -342,13 +342,13 @@ def run(args) -> int:
     for note in notes:
         console.print(f"[dim]note: {note}[/]")
 
-    if args.warm_procs > 0 and options.device.type == "cuda" and "flashtile" in options.providers:
+    if (args.warm_procs != 0 and options.device.type == "cuda"
+            and "flashtile" in options.providers):
         from .warm import warm_compile_cache
         spec = config.spec
         seconds = warm_compile_cache(spec.headdims, spec.causal, spec.dtypes, spec.gqa,
                                      spec.nheads, args.warm_procs)
-        console.print(f"[dim]compiled flashtile's kernel configs in {seconds:.0f} s "
-                      f"({args.warm_procs} processes)[/]")
+        console.print(f"[dim]compiled flashtile's kernel configs in {seconds:.0f} s[/]")
 
     measurements = run_grid(cases, options, console)
 

@@ -27,14 +27,22 @@ import torch
 from .cases import DTYPES
 
 WARM_SEQLEN = 1024
-MAX_CONFIGS = 6          # the longest candidate list of any flashtile kernel
+
+
+def candidate_count() -> int:
+    """The longest candidate-config list of flashtile's autotuned kernels: with that many
+    processes every config of every kernel is compiled once."""
+    from ..kernels import bwd, fwd
+    return max(len(t.configs) for t in (fwd._fwd, bwd._dkdv, bwd._dq))
 
 
 def warm_compile_cache(headdims, causal, dtypes=("bf16",), gqa: int = 1, nheads=None,
-                       procs: int = MAX_CONFIGS) -> float:
+                       procs: int | None = None) -> float:
     """Run the parallel compile and return its wall time in seconds. ``causal`` is a list of
-    bools, ``dtypes`` names from :data:`flashtile.bench.cases.DTYPES`. Failures of a worker are
-    printed and otherwise ignored: the timed run then compiles what is missing itself."""
+    bools, ``dtypes`` names from :data:`flashtile.bench.cases.DTYPES`; ``procs`` defaults to
+    :func:`candidate_count`. Failures of a worker are printed and otherwise ignored: the timed
+    run then compiles what is missing itself."""
+    procs = procs or candidate_count()
     start = time.time()
     cmd = [sys.executable, "-m", "flashtile.bench.warm",
            "--headdims", ",".join(map(str, headdims)),
@@ -80,7 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", default="bf16")
     p.add_argument("--gqa", type=int, default=1)
     p.add_argument("--nheads", type=int, default=0)
-    p.add_argument("--procs", type=int, default=MAX_CONFIGS)
+    p.add_argument("--procs", type=int, default=0, help="default: one per candidate config")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     headdims = [int(x) for x in args.headdims.split(",") if x]
@@ -93,9 +101,9 @@ def main(argv=None) -> int:
     if args.worker:
         _worker(headdims, causal, dtypes, args.gqa, args.nheads or None)
         return 0
-    seconds = warm_compile_cache(headdims, causal, dtypes, args.gqa, args.nheads or None,
-                                 args.procs)
-    print(f"compiled in {seconds:.0f} s with {args.procs} processes")
+    procs = args.procs or candidate_count()
+    seconds = warm_compile_cache(headdims, causal, dtypes, args.gqa, args.nheads or None, procs)
+    print(f"compiled in {seconds:.0f} s with {procs} processes")
     return 0
 
 

@@ -327,8 +327,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                    MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, EVEN_D: tl.constexpr,
                    EVEN_DV: tl.constexpr, PRECISION: tl.constexpr):
-    start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
-    off_b = varlen_sequence(off_b, SEQ_ORDER, IS_VARLEN)
+    start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
+                                                IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:

@@ -23,7 +23,8 @@ import triton
 import triton.language as tl
 
 from ..backend import interpreter_enabled
-from ..reference.philox import dropout_stride_b
+from ..params import DROPOUT_UNIT
+from ..reference.philox import KEYS_PER_CALL, dropout_stride_b
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -31,6 +32,8 @@ LN2 = 0.6931471805599453
 # only when they are constexpr).
 LOG2E_K = tl.constexpr(LOG2E)
 LN2_K = tl.constexpr(LN2)
+DROPOUT_UNIT_K = tl.constexpr(float(DROPOUT_UNIT))
+KEYS_PER_CALL_K = tl.constexpr(KEYS_PER_CALL)
 
 
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
@@ -82,15 +85,13 @@ def smem_estimate(kind: str, block_m: int, block_n: int, stages: int, head_d: in
     copies of the tiles streamed through the loop (what Triton allocates once the loads are
     pipelined; matches its reports within a few KB). ``bias_elem``: bytes per element of an
     attention mask streamed with the keys (forward and dQ pipeline it; 0: none)."""
-    if bias_elem and kind != "dkdv":
-        return (smem_estimate(kind, block_m, block_n, stages, head_d, head_dv, elem)
-                + stages * block_m * block_n * bias_elem)
     width = (head_d + head_dv) * elem
-    if kind == "fwd":                                  # Q resident; K, V streamed
-        return block_m * head_d * elem + stages * block_n * width
     if kind == "dkdv":                                 # K, V resident; Q, dO streamed
         return block_n * width + stages * block_m * width
-    return block_m * width + stages * block_n * width  # dq: Q, dO resident; K, V streamed
+    streamed = stages * (block_n * width + block_m * block_n * bias_elem)      # K, V (+ mask)
+    if kind == "fwd":                                  # Q resident
+        return block_m * head_d * elem + streamed
+    return block_m * width + streamed                  # dq: Q, dO resident
 
 
 def prune_configs(configs, named_args, kind: str = "fwd", **kwargs):
@@ -206,18 +207,20 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 
 
 @triton.jit
-def query_tile(nheads, group, seqlen_q, BLOCK_M: tl.constexpr):
+def query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M: tl.constexpr,
+               IS_VARLEN: tl.constexpr):
     """The program's query tile in a flat grid: ``(start_m, off_b, off_h, off_hkv)``. The query
     block varies fastest so that programs of one head run together (K/V stay in L2), and the
-    last block (the heaviest under causal) runs first. ``off_*`` are int64 (offsets into large
-    tensors)."""
+    last block (the heaviest under causal) runs first; varlen sequences come heaviest first
+    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors)."""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
     start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
-    return start_m, (bh // nheads).to(tl.int64), off_h.to(tl.int64), off_hkv
+    off_b = varlen_sequence((bh // nheads).to(tl.int64), SEQ_ORDER, IS_VARLEN)
+    return start_m, off_b, off_h.to(tl.int64), off_hkv
 
 
 @triton.jit
@@ -228,6 +231,22 @@ def varlen_sequence(slot, SEQ_ORDER, IS_VARLEN: tl.constexpr):
     if IS_VARLEN:
         slot = tl.load(SEQ_ORDER + slot).to(tl.int64)
     return slot
+
+
+@triton.jit
+def softmax_step(s2, m_i, l_i, MAY_BE_EMPTY: tl.constexpr):
+    """One online-softmax step over a log2-domain score tile ``s2`` ``(rows, keys)``: returns
+    ``(p, alpha, l_i, m_new)`` with ``p = exp2(s2 - m_new)``, the discount
+    ``alpha = exp2(m_i - m_new)`` for what was accumulated so far, and the updated row sums.
+    ``MAY_BE_EMPTY``: some row may have seen no visible key yet (its max stays -inf); it is
+    shifted by 0 instead, so ``exp2(-inf - -inf)`` never makes a NaN."""
+    m_new = tl.maximum(m_i, tl.max(s2, 1))
+    m_shift = m_new
+    if MAY_BE_EMPTY:
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.math.exp2(s2 - m_shift[:, None])
+    alpha = tl.math.exp2(m_i - m_shift)
+    return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
 
 
 @triton.jit
@@ -384,21 +403,22 @@ def dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_
 
     One Philox 4x32 call serves 8 consecutive keys: its four 32-bit words give eight 16-bit
     uniforms (key ``j`` takes half ``j % 2`` of word ``(j % 8) // 2``), kept iff
-    ``>= dropout_p * 2**16`` (an integer: ``dropout_p`` is a multiple of 2**-16). That is 8x fewer Philox rounds than one call per element,
-    which otherwise dominate a dropout step. Counter of the call for (row, key group ``g``):
+    ``>= dropout_p * 2**16`` (an integer: ``dropout_p`` is a multiple of 2**-16). That is 8x
+    fewer Philox rounds than one call per element, which otherwise dominate a dropout step.
+    Counter of the call for (row, key group ``g``):
     ``rng_offset + (row_base + row) * cdiv(seqlen_k, 8) + g``, ``row_base = (b * nheads + h) *
     seqlen_q``: the same numbers ``reference/philox.py`` draws, so the torch path and the kernels
     drop the same positions, and the backward regenerates the forward's mask instead of storing
     it. ``start_n`` is a multiple of 8 (tiles start at multiples of BLOCK_N >= 16)."""
-    groups = (seqlen_k + 7) // 8
-    g = start_n // 8 + tl.arange(0, BLOCK_N // 8)
+    groups = tl.cdiv(seqlen_k, KEYS_PER_CALL_K)
+    g = start_n // KEYS_PER_CALL_K + tl.arange(0, BLOCK_N // KEYS_PER_CALL_K)
     counters = rng_offset + (row_base + offs_m[:, None]) * groups + g[None, :]
     w0, w1, w2, w3 = tl.randint4x(seed, counters)
     lo = tl.join(tl.join(w0 & 0xFFFF, w2 & 0xFFFF), tl.join(w1 & 0xFFFF, w3 & 0xFFFF))
     hi = tl.join(tl.join(w0 >> 16, w2 >> 16), tl.join(w1 >> 16, w3 >> 16))
     # (BLOCK_M, groups, word_hi, word_lo, half) read row-major = key order within the group
     u16 = tl.reshape(tl.join(lo, hi), (offs_m.shape[0], BLOCK_N))
-    return u16.to(tl.float32) >= dropout_p * 65536.0
+    return u16.to(tl.float32) >= dropout_p * DROPOUT_UNIT_K
 
 
 @triton.jit

@@ -44,7 +44,7 @@ import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
                      dot_precision, interpreting, padded_headdim, score_args, scores_log2,
-                     tile_ranges)
+                     softmax_step, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
@@ -108,22 +108,15 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
         else:
             k = tl.load(k_ptrs, mask=offs_d[None, :] < head_d, other=0.0)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        s2, _ = scores_log2(qk, offs_i[:, None], offs_n[None, :], seqlen_q, key_end, slope_log2, qk_scale,
+        rows, cols = offs_i[:, None], offs_n[None, :]
+        s2, _ = scores_log2(qk, rows, cols, seqlen_q, key_end, slope_log2, qk_scale,
                             softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
         if MASKED:
-            keep = band_mask(offs_i[:, None], offs_n[None, :], key_end, diag_off, window_left, window_right,
+            keep = band_mask(rows, cols, key_end, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             keep = keep & (offs_n >= key_start)[None, :]
             s2 = tl.where(keep, s2, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s2, 1))
-            # Rows that have seen no visible key keep m = -inf: shift by 0, never -inf - -inf.
-            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new = tl.maximum(m_i, tl.max(s2, 1))
-            m_shift = m_new
-        p = tl.math.exp2(s2 - m_shift[:, None])
-        alpha = tl.math.exp2(m_i - m_shift)                              # the discount
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = softmax_step(s2, m_i, l_i, MASKED)
         if MASKED and EVEN_DV:
             v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
         elif MASKED:

@@ -21,15 +21,15 @@ import triton.language as tl
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2,
                      alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_keep,
                      env_block, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
-                     query_tile, score_args, scores_log2, seq_bounds, seq_bucket, sparse_args,
-                     strides, tile_ranges, tile_start, varlen_args, varlen_sequence,
-                     window_args)
+                     query_tile, score_args, scores_log2, seq_bounds, seq_bucket, softmax_step,
+                     sparse_args, strides, tile_ranges, tile_start, varlen_args, window_args)
 
 
 @triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop, idx_ptr,
-               table_row, stride_kp, stride_vp, offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k, diag_off,
-               window_left, window_right, slope_log2, qk_scale, softcap_log2,
+               table_row, stride_kp, stride_vp, offs_m, offs_d, offs_dv, head_d, head_dv,
+               seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
+               softcap_log2,
                row_base, seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn,
                off_b, off_h, sm_args, mm_args,
                BLOCK_N: tl.constexpr, MASKED: tl.constexpr, EVEN_D: tl.constexpr,
@@ -75,17 +75,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
             keep = band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             s2 = tl.where(keep, s2, float("-inf"))
-        if MASKED or HAS_BIAS or USE_MASK_MOD or HAS_SCORE_MOD:
-            m_new = tl.maximum(m_i, tl.max(s2, 1))
-            # A row that has seen no visible key yet keeps m = -inf; shift by 0 so that
-            # exp2(-inf - -inf) never produces NaN.
-            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        else:
-            m_new = tl.maximum(m_i, tl.max(s2, 1))
-            m_shift = m_new
-        p = tl.math.exp2(s2 - m_shift[:, None])
-        alpha = tl.math.exp2(m_i - m_shift)                              # the discount
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p, alpha, l_i, m_new = softmax_step(s2, m_i, l_i,
+                                            MASKED or HAS_BIAS or USE_MASK_MOD or HAS_SCORE_MOD)
         if PAGED:
             v = load_tile(v_tile, offs_t, stride_vn, offs_dv, seqlen_k - start_n, head_dv, MASKED,
                           EVEN_DV)
@@ -122,8 +113,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
                 PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
-    start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, BLOCK_M)
-    off_b = varlen_sequence(off_b, SEQ_ORDER, IS_VARLEN)
+    start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
+                                                IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -157,8 +148,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
         per_block = MASK_BKV // BLOCK_N
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
-                                   table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv,
+                                   head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
+                                   window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
                                    mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
@@ -169,8 +161,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(FULL_KV_NUM + row) * per_block,
                                    FULL_KV_IDX + row * mask_nkv,
-                                   table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                                   diag_off, window_left, window_right, slope_log2, qk_scale,
+                                   table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv,
+                                   head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
+                                   window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
                                    mm_args, BLOCK_N, FULL_BOUND, EVEN_D, EVEN_DV, HAS_LEFT,

@@ -2,7 +2,8 @@
 
 Each sequence runs through :mod:`flashtile.reference.tiled` on its own slice (views, no copies),
 with the dropout counters of sequence ``b`` starting at
-``offset + b * dropout_stride_b(nheads, max_sq, max_sk)`` exactly as in the kernels, so both backends drop the same positions.
+``offset + b * dropout_stride_b(nheads, max_sq, max_sk)`` exactly as in the kernels, so both
+backends drop the same positions.
 """
 
 from __future__ import annotations
