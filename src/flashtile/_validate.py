@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from numbers import Real
 
+import numpy as np
 import torch
 
 MAX_HEADDIM = 256
@@ -173,3 +174,18 @@ def check_attn_mask(mask, full_shape: tuple[int, int, int, int], device: torch.d
     if not ok:
         raise ValueError(f"attn_mask of shape {shape} does not broadcast to (batch, nheads, "
                          f"seqlen_q, seqlen_k) = {full_shape}; each dimension must be 1 or match")
+
+
+def check_pages_in_range(table: np.ndarray, first_slot: np.ndarray, end_slot: np.ndarray,
+                         page: int, num_blocks: int, where: str) -> None:
+    """Every page a sequence uses lies in ``[0, num_blocks)``: row ``b`` of the host copy of a
+    block table ``(batch, max_blocks)`` uses the pages holding slots
+    ``[first_slot[b], end_slot[b])``. ``where`` names the slots in the message."""
+    blocks = np.arange(table.shape[1])[None, :]
+    used = (blocks >= (first_slot // page)[:, None]) & (blocks * page < end_slot[:, None])
+    bad = used & ((table < 0) | (table >= num_blocks))
+    if bad.any():
+        b, j = (int(x) for x in np.argwhere(bad)[0])
+        raise ValueError(f"block_table[{b}, {j}] = {int(table[b, j])} is out of range: there are "
+                         f"{num_blocks} pages (k.shape[0]); every page a sequence uses ({where}) "
+                         f"must be in [0, {num_blocks})")

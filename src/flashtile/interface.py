@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from . import _validate as V
@@ -259,18 +260,13 @@ def _check_paged_varlen(q, k, v, block_table, lengths_k) -> None:
         raise ValueError("flash_attn_varlen_func with block_table is forward only (paged caches "
                          "serve inference); run it under torch.no_grad() or detach the inputs")
     capacity = block_table.shape[1] * page
-    table = block_table.cpu()
     for b, n in enumerate(lengths_k):
         if n > capacity:
             raise ValueError(f"sequence {b} has {n} keys but block_table holds "
                              f"{block_table.shape[1]} pages of {page} = {capacity} rows")
-        used = table[b, :-(-n // page)]
-        bad = (used < 0) | (used >= num_blocks)
-        if bad.any():
-            j = int(bad.nonzero()[0, 0])
-            raise ValueError(f"block_table[{b}, {j}] = {int(used[j])} is out of range: k/v have "
-                             f"{num_blocks} pages; every page a sequence uses must be in "
-                             f"[0, {num_blocks})")
+    ends = np.array(lengths_k, dtype=np.int64)
+    V.check_pages_in_range(block_table.cpu().numpy().astype(np.int64), np.zeros_like(ends), ends,
+                           page, num_blocks, "keys 0 .. cu_seqlens_k length")
 
 
 def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

@@ -480,13 +480,10 @@ def check_values(q: torch.Tensor, k_cache: torch.Tensor, call: KVCacheCall) -> N
                     "are appended: two sequences would write the same cache slots; use distinct "
                     "rows")
     if table is not None:                                                  # (batch, max_blocks)
-        num_blocks, page = k_cache.shape[0], call.page_size
-        blocks = np.arange(table.shape[1])[None, :]
-        used = (blocks >= (start // page)[:, None]) & (blocks * page < end[:, None])
-        bad_page = used & ((table < 0) | (table >= num_blocks))
-        if bad_page.any():
-            b, j = (int(x) for x in np.argwhere(bad_page)[0])
-            raise ValueError(_bad_block_message(b, j, int(table[b, j]), num_blocks))
+        page = call.page_size
+        V.check_pages_in_range(table, start, end, page, k_cache.shape[0],
+                               "from cache_leftpad // page_block_size to the last slot after "
+                               "the append")
         if call.seqlen_new > 0:
             slot = seqlens[:, None] + np.arange(call.seqlen_new)[None, :]
             col = np.clip(slot // page, 0, table.shape[1] - 1)
@@ -509,13 +506,6 @@ def check_values(q: torch.Tensor, k_cache: torch.Tensor, call: KVCacheCall) -> N
                 f"up to {int(need[i]) - 1} (cache_seqlens + "
                 f"{'max(seqlen_new, seqlen_q)' if call.rotary_q_steps else 'seqlen_new'} - 1); "
                 "use tables with at least cache_seqlens + seqlen_new rows")
-
-
-def _bad_block_message(b: int, j: int, value: int, num_blocks: int) -> str:
-    return (f"block_table[{b}, {j}] = {value} is out of range: the paged cache has "
-            f"{num_blocks} pages (k_cache.shape[0]); every page a sequence uses (from "
-            f"cache_leftpad // page_block_size to the last slot after the append) must be in "
-            f"[0, {num_blocks})")
 
 
 # ----------------------------------------------------------------------------------------------
