@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
-#   steps: env tests smoke core full long ledger sparse features quick bwdsweep
+#   steps: env alltests tests smoke core full long ledger sparse features quick bwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -14,7 +14,7 @@ for pair in pytest:pytest pluggy:pluggy iniconfig:iniconfig hypothesis:hypothesi
             sortedcontainers:sortedcontainers rich:rich markdown_it:markdown_it_py mdurl:mdurl \
             pygments:pygments tqdm:tqdm matplotlib:matplotlib contourpy:contourpy cycler:cycler \
             fontTools:fonttools kiwisolver:kiwisolver pyparsing:pyparsing dateutil:python_dateutil \
-            six:six PIL:pillow; do
+            six:six PIL:pillow xdist:pytest_xdist execnet:execnet; do
   mod=${pair%%:*}; whl=${pair##*:}
   python3 -c "import $mod" 2>/dev/null || missing+=(.whl/${whl}-*.whl)
 done
@@ -31,6 +31,9 @@ for step in $STEPS; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
       python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
       git rev-parse --short HEAD 2>/dev/null || true ;;
+    alltests) # the whole suite on the GPU, in parallel processes (compiles dominate)
+      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest tests -q -rfE \
+        -n ${TEST_PROCS:-12} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
     tests)
       FLASHTILE_AUTOTUNE=0 python3 -m pytest tests/test_kernels.py -q -x -p no:cacheprovider --durations=5 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     smoke)  # one GPU pass over every fused feature (fp16/bf16), compile-light
@@ -58,7 +61,7 @@ json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "sparse.json"), "w
 PY
       ;;
     features) # issues 3/4/5 targets: fusion, varlen, block-sparse vs compiled flex, decode
-      python3 scripts/feature_bench.py --part fusion,varlen,sparse,decode --budget-s 500 \
+      python3 scripts/feature_bench.py --part fusion,varlen,sparse,decode --budget-s ${FEATURES_BUDGET:-500} \
         --out "$OUT/features" 2>&1 | tee "$OUT/features.log" ;;
     bwdsweep) # backward: atomic vs two-pass dQ x tile configs, vs cuDNN (scripts/bwd_sweep.py)
       python3 scripts/bwd_sweep.py --headdims ${SWEEP_HEADDIMS:-64,128} \
