@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
-#   steps: env alltests tests smoke core full long ledger sparse features quick bwdsweep
+#   steps: env alltests diagnose tests smoke core full long ledger sparse features quick bwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -67,6 +67,9 @@ PY
       python3 scripts/bwd_sweep.py --headdims ${SWEEP_HEADDIMS:-64,128} \
         --seqlens ${SWEEP_SEQLENS:-1024,4096,16384} --warm-procs ${SWEEP_WARM:-6} \
         --out "$OUT/bwd-sweep" 2>&1 | tee "$OUT/bwd-sweep.log" | tail -40 ;;
+    diagnose) # where the time goes: sparse vs dense kernels, decode split counts, dropout
+      python3 scripts/diagnose.py --what ${DIAG_WHAT:-sparse,decode,dropout} --out "$OUT" 2>&1 \
+        | tee "$OUT/diagnose.log" ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
     core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2

@@ -1,0 +1,176 @@
+"""Where the time goes, for the feature targets that miss (GPU only).
+
+Three experiments, each printing a table and adding to one JSON:
+
+- ``sparse``: the same work (b16 h8 4k d64, bf16, fwd+bwd) through ``flash_attn_func`` (dense),
+  ``flex_attention`` without a block mask, with a full block mask and with a 20% random one;
+  the time of every kernel (torch profiler) so the block-sparse path's extra cost is located.
+- ``decode``: CUDA-graph time of ``flash_attn_with_kvcache`` for each split count at the issue's
+  decoding points, against SDPA, and the config the autotuner chose.
+- ``dropout``: forward and forward+backward with and without dropout (both dQ strategies),
+  per kernel.
+
+    python3 scripts/diagnose.py [--what sparse,decode,dropout] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+import flashtile
+from flashtile import masks
+
+DEV = "cuda"
+BF16 = torch.bfloat16
+
+
+def kernel_times(fn, reps: int = 5) -> dict[str, float]:
+    """Mean GPU microseconds per call of every kernel ``fn`` launches (torch profiler)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = defaultdict(float)
+    for ev in prof.key_averages():
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:
+            out[ev.key[:60]] += ev.device_time_total / reps
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def fwd_bwd(call, *tensors):
+    grads = None
+
+    def step():
+        nonlocal grads
+        out = call()
+        if grads is None:
+            grads = torch.randn_like(out)
+        torch.autograd.grad(out, tensors, grads)
+    return step
+
+
+def bench(step) -> float:
+    return float(do_bench(step, warmup=25, rep=100))
+
+
+def sparse(res: dict) -> None:
+    b, h, n, d = 16, 8, 4096, 64
+    q, k, v = (torch.randn(b, h, n, d, device=DEV, dtype=BF16, requires_grad=True)
+               for _ in range(3))
+    qs, ks, vs = (t.detach().transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+    nb = n // 128
+    cases = {
+        "dense flash_attn_func (b,s,h,d)": fwd_bwd(lambda: flashtile.flash_attn_func(qs, ks, vs),
+                                                   qs, ks, vs),
+        "flex, no block mask (b,h,s,d)": fwd_bwd(lambda: flashtile.flex_attention(q, k, v),
+                                                 q, k, v),
+    }
+    for dens in (1.0, 0.2):
+        lay = masks.random_block_layout(nb, nb, dens, seed=0, device=DEV)[0, 0]
+        bm = flashtile.create_block_mask(masks.layout_mask(lay, 128), None, None, n, n,
+                                         device=DEV)
+        cases[f"flex, block mask density {dens}"] = fwd_bwd(
+            lambda bm=bm: flashtile.flex_attention(q, k, v, block_mask=bm), q, k, v)
+    for name, step in cases.items():
+        ms = bench(step)
+        per = kernel_times(step)
+        res[name] = {"ms": ms, "kernels_us": per}
+        print(f"{name:40s} {ms:7.3f} ms | " + ", ".join(f"{k_[:28]} {t:.0f}"
+                                                       for k_, t in list(per.items())[:5]))
+
+
+def decode(res: dict) -> None:
+    from flashtile.kernels import decode as dec
+    hq, hkv, d = 32, 8, 128
+    for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
+        q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
+        kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
+        vc = torch.randn_like(kc)
+        lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
+        nbytes = 2 * kc.numel() * kc.element_size()
+        qs, ks, vs = q.transpose(1, 2).contiguous(), kc.transpose(1, 2).contiguous(), \
+            vc.transpose(1, 2).contiguous()
+
+        def graph_ms(fn):
+            fn()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            return bench(g.replay)
+
+        sdpa = graph_ms(lambda: F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True))
+        auto = dec.resolve_num_splits(0, batch, hkv, hq // hkv, n, q.device)
+        row = {"sdpa_ms": sdpa, "auto_splits": auto, "splits": {}}
+        for s in sorted({1, 2, 4, 8, 16, 24, 32, 33, 48, 64, 96, 128, auto}):
+            if s > 1 and batch * hkv * s > 8 * 264:
+                continue
+            t = graph_ms(lambda s=s: flashtile.flash_attn_with_kvcache(
+                q, kc, vc, cache_seqlens=lens, num_splits=s))
+            row["splits"][s] = t
+        best = min(row["splits"], key=row["splits"].get)
+        gbps = {s: nbytes / t / 1e6 for s, t in row["splits"].items()}
+        row["configs"] = {str(k_): str(c) for k_, c in dec._decode.cache.items()}
+        res[f"b{batch} L{n}"] = row
+        print(f"decode b{batch} L{n}: SDPA {nbytes / sdpa / 1e6:,.0f} GB/s; auto {auto} splits "
+              f"{gbps[auto]:,.0f}; best {best} splits {gbps[best]:,.0f}; " +
+              " ".join(f"{s}:{g:,.0f}" for s, g in gbps.items()))
+        del q, kc, vc, ks, vs
+        torch.cuda.empty_cache()
+
+
+def dropout(res: dict) -> None:
+    b, n, h, d = 2, 8192, 16, 128
+    q, k, v = (torch.randn(b, n, h, d, device=DEV, dtype=BF16, requires_grad=True)
+               for _ in range(3))
+    for mode in ("two-pass", "atomic"):
+        os.environ["FLASHTILE_BWD_DQ"] = mode
+        for p in (0.0, 0.1):
+            fwd = lambda p=p: flashtile.flash_attn_func(q, k, v, dropout_p=p)  # noqa: E731
+            with torch.no_grad():
+                f_ms = bench(fwd)
+            step = fwd_bwd(fwd, q, k, v)
+            fb_ms = bench(step)
+            per = kernel_times(step)
+            res[f"{mode} p={p}"] = {"fwd_ms": f_ms, "fwdbwd_ms": fb_ms, "kernels_us": per}
+            print(f"dropout {mode:8s} p={p}: fwd {f_ms:.3f} ms, fwd+bwd {fb_ms:.3f} ms | " +
+                  ", ".join(f"{k_[:24]} {t:.0f}" for k_, t in list(per.items())[:4]))
+    os.environ.pop("FLASHTILE_BWD_DQ")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what", default="sparse,decode,dropout")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    args = ap.parse_args()
+    res: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    for what in args.what.split(","):
+        t0 = time.monotonic()
+        res[what] = {}
+        try:
+            globals()[what](res[what])
+        except Exception as exc:                    # keep the other experiments' results
+            res[what]["error"] = f"{type(exc).__name__}: {exc}"
+            print(f"{what}: {res[what]['error']}")
+        print(f"--- {what}: {time.monotonic() - t0:.0f} s")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "diagnose.json").write_text(json.dumps(res, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
