@@ -130,7 +130,6 @@ def decode(res: dict) -> None:
         print(f"decode b{batch} L{n}: SDPA {nbytes / sdpa / 1e6:,.0f} GB/s; auto {auto} splits "
               f"{gbps[auto]:,.0f}; best {best} splits {gbps[best]:,.0f}; " +
               " ".join(f"{s}:{g:,.0f}" for s, g in gbps.items()))
-        del q, kc, vc, ks, vs
         torch.cuda.empty_cache()
 
 

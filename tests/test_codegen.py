@@ -4,7 +4,8 @@ A tiny kernel takes the compiled functions as ``tl.constexpr`` arguments (as the
 kernels do), evaluates them on one tile per (batch, head) and writes the result; the reference is
 the Python function itself on broadcast torch index tensors (as the torch path calls it) and, for
 gradients, torch.autograd on it. The tile is larger than the sequences, so padded rows/columns
-run too (captured-tensor reads there must be masked). Under the interpreter on CPU.
+run too (captured-tensor reads there must be masked). On the GPU when there is one, else under
+the interpreter on CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import triton.language as tl
 
 from flashtile.codegen import (MAX_BUFFERS, UnsupportedModError, cache_info, compile_mask_mod,
                                compile_score_mod)
+from utils import DEVICE
 
 pytestmark = [
     pytest.mark.interpreter,
@@ -31,6 +33,14 @@ pytestmark = [
 
 B, H, M, N = 2, 3, 13, 21          # batch, heads, query length, key length
 BLOCK_M, BLOCK_N = 16, 32          # tiles larger than M, N: padded positions are evaluated
+
+
+@pytest.fixture(autouse=True)
+def _on_device():
+    """Every tensor a test makes (scores, index tensors, the tables the mods capture) lives on
+    DEVICE: the kernels need GPU tensors on a GPU; CPU tensors run only under the interpreter."""
+    with torch.device(DEVICE):
+        yield
 
 
 # ---- test kernels -----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_score_mods_on_kernels(name, with_mask):
     q, k, v = _inputs(b, sq, sk, hq, hkv, d)
     if with_mask:
         mask_mod = sliding_window(11)
-        bm = create_block_mask(mask_mod, None, None, sq, sk, device="cpu", BLOCK_SIZE=16)
+        bm = create_block_mask(mask_mod, None, None, sq, sk, device=DEVICE, BLOCK_SIZE=16)
         F._check(q, k, v, dict(score_mod=score_mod, mask_mod=mask_mod), score_mod=score_mod,
                  block_mask=bm)
     else:
@@ -73,7 +73,7 @@ def test_score_mods_on_kernels(name, with_mask):
 def test_random_layouts_on_kernels(density):
     b, sq, sk, hq, hkv, d, block = 2, 70, 61, 4, 2, 16, (16, 32)
     layout = random_block_layout(-(-sq // block[0]), -(-sk // block[1]), density, B=b, H=hq,
-                                 seed=4)
+                                 seed=4, device=DEVICE)
     bm = BlockMask.from_layout(layout, sq, sk, BLOCK_SIZE=block)
     q, k, v = _inputs(b, sq, sk, hq, hkv, d)
     F._check(q, k, v, dict(mask_mod=layout_mask(layout, block), scale=0.3), block_mask=bm,

@@ -1005,8 +1005,10 @@ def random_block_layout(n_q_blocks: int, n_kv_blocks: int, density: float,
     batch, nheads = _check_broadcast_dim("B", B), _check_broadcast_dim("H", H)
     total = n_q_blocks * n_kv_blocks
     keep = round(density * total)
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.rand(batch, nheads, total, generator=gen).argsort(dim=-1)
+    # Drawn on the CPU whatever the default device (`with torch.device("cuda")` would otherwise
+    # ask a CPU generator for CUDA numbers, an error), so a seed gives one layout everywhere.
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    order = torch.rand(batch, nheads, total, generator=gen, device="cpu").argsort(dim=-1)
     layout = order < keep            # the `keep` blocks ranked first by a random permutation
     return layout.view(batch, nheads, n_q_blocks, n_kv_blocks).to(device)
 

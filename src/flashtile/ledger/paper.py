@@ -70,8 +70,8 @@ def essay_table(softmax_scale: Optional[float] = None, seed: int = 0) -> dict:
         return {"pending": f"flashtile.reference.tiled is not available yet ({exc})"}
     rows = []
     for n, d, block in ESSAY_CASES:
-        gen = torch.Generator().manual_seed(seed + n)
-        q, k, v = (torch.randn(1, n, 1, d, generator=gen, dtype=torch.float32)
+        gen = torch.Generator(device="cpu").manual_seed(seed + n)
+        q, k, v = (torch.randn(1, n, 1, d, generator=gen, dtype=torch.float32, device="cpu")
                    for _ in range(3))                                   # (b, s, h, d)
         scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(d)
         params = AttentionParams(softmax_scale=scale)
