@@ -7,7 +7,9 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 (validation, autograd, autotuner lookup, Triton's argument binding, torch allocations), timed
 over many calls, with a cProfile breakdown of the top functions.
 
-    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode] [--profile]
+    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex] [--profile]
+
+``flex``: ``flex_attention`` forward+backward with a 50% random block mask.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _no_launch(self):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--what", default="fwdbwd", choices=("fwd", "fwdbwd", "decode"))
+    p.add_argument("--what", default="fwdbwd", choices=("fwd", "fwdbwd", "decode", "flex"))
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
@@ -50,8 +52,8 @@ def main() -> int:
     triton_compiler.CompiledKernel._init_handles = _no_launch
     autotuner.Autotuner._bench = lambda self, *a, config, **k: [1.0, 1.0, 1.0]
     import flashtile
-    from flashtile import interface, kvcache
-    interface.resolve = kvcache.resolve = lambda device: "triton"   # CPU tensors, GPU path
+    from flashtile import flex, interface, kvcache
+    interface.resolve = kvcache.resolve = flex.resolve = lambda device: "triton"   # GPU path
 
     if args.what == "decode":
         from flashtile.kvcache import flash_attn_with_kvcache
@@ -63,6 +65,18 @@ def main() -> int:
 
         def step():
             flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True)
+    elif args.what == "flex":
+        from flashtile import masks
+        q, k, v = (torch.randn(1, 16, 512, 128, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(1, 16, 512, 128, dtype=torch.bfloat16)
+        layout = masks.random_block_layout(4, 4, 0.5)[0, 0]
+        bm = flashtile.create_block_mask(masks.layout_mask(layout, 128), None, None, 512, 512,
+                                         device="cpu")
+
+        def step():
+            # autograd.grad, not .backward: no gradient accumulation on the host
+            torch.autograd.grad(flashtile.flex_attention(q, k, v, block_mask=bm), (q, k, v), dout)
     else:
         q, k, v = (torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, requires_grad=True)
                    for _ in range(3))

@@ -171,11 +171,16 @@ def _check_block_mask(block_mask, batch: int, nheads: int, seqlen_q: int, seqlen
     block_mask.check_compatible(batch, nheads, seqlen_q, seqlen_k, device)
     _check_captured_devices("mask_mod", _mod_name(block_mask.mask_mod), block_mask.mask_mod,
                             device)
-    if block_mask.mask_mod is not noop_mask and bool(block_mask.kv_num_blocks.any()):
+    # The mask_mod's result type is probed once per mask and device, not per call: the probe
+    # launches small torch ops, and reading back whether any block is partial would
+    # synchronise every call with the device.
+    probed = block_mask.__dict__.setdefault("_probed_on", set())
+    if block_mask.mask_mod is not noop_mask and device not in probed:
         b = torch.zeros((1, 1, 1, 1), dtype=torch.int64, device=device)
         result = _probe("mask_mod", _mod_name(block_mask.mask_mod), block_mask.mask_mod,
                         (b, b, b, b), device)
         _check_mask_result(result, (1, 1, 1, 1), block_mask.mask_mod)
+        probed.add(device)
 
 
 def _probe(kind: str, name: str, fn, args, device: torch.device):
