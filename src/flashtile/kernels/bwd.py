@@ -40,7 +40,8 @@ from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, allo
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_keep,
                      interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
-                     tile_ranges, tile_start, varlen_args, varlen_sequence, window_args)
+                     tile_ranges, tile_start, next_tile_start, varlen_args, varlen_sequence,
+                     window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -99,8 +100,13 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
     ``dV += P^T dO`` and ``dK += dS^T Q`` take the register tile as the left operand as it is,
     instead of transposing a probability tile through shared memory twice per step."""
     cols = offs_n[:, None]
+    listed = tile_start(start, stop, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED)
     for t in range(start, stop):
-        offs_m = tile_start(t, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_M)
+        start_m = t * BLOCK_M
+        if INDEXED:
+            start_m = listed
+            listed = next_tile_start(t, listed, stop, idx_ptr, BLOCK_M, LIST_BLOCK)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
         rows = offs_m[None, :]
         q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
         do = load_tile(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv, True, EVEN_DV)
@@ -284,8 +290,12 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
               INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr):
     """Accumulate into ``dq`` the key tiles number ``[start, stop)`` (:func:`tile_start`)."""
     rows = offs_m[:, None]
+    listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
     for t in range(start, stop):
-        start_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
+        start_n = t * BLOCK_N
+        if INDEXED:
+            start_n = listed
+            listed = next_tile_start(t, listed, stop, idx_ptr, BLOCK_N, LIST_BLOCK)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)

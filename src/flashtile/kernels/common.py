@@ -273,19 +273,35 @@ def load_tile(base, offs_r, stride_r, offs_c, n_rows, n_cols, CHECK_ROWS: tl.con
 
 
 @triton.jit
-def tile_start(t, idx_ptr, BLOCK: tl.constexpr, LIST_BLOCK: tl.constexpr,
+def tile_start(t, stop, idx_ptr, BLOCK: tl.constexpr, LIST_BLOCK: tl.constexpr,
                INDEXED: tl.constexpr):
     """First row of tile number ``t`` of a loop over ``BLOCK``-row tiles: ``t * BLOCK`` over a
     contiguous range, or, walking a BlockMask list (``INDEXED``; ``LIST_BLOCK``-row blocks, each
-    ``LIST_BLOCK // BLOCK`` tiles), tile ``t % per_block`` of listed block ``t // per_block``.
-    One flat loop over a whole list keeps the loads pipelined across block boundaries; a loop
-    per listed block would run two or so iterations, too short to pipeline."""
+    ``LIST_BLOCK // BLOCK`` tiles), tile ``t % per_block`` of listed block ``t // per_block``
+    (0 when ``t >= stop``: the list is not read past its count)."""
     if INDEXED:
         per_block: tl.constexpr = LIST_BLOCK // BLOCK
-        start = tl.load(idx_ptr + t // per_block) * LIST_BLOCK + (t % per_block) * BLOCK
+        block = tl.load(idx_ptr + t // per_block, mask=t < stop, other=0)
+        start = block * LIST_BLOCK + (t % per_block) * BLOCK
     else:
         start = t * BLOCK
     return start
+
+
+@triton.jit
+def next_tile_start(t, start, stop, idx_ptr, BLOCK: tl.constexpr, LIST_BLOCK: tl.constexpr):
+    """:func:`tile_start` of tile ``t + 1`` of a BlockMask list, given tile ``t``'s ``start``.
+
+    The list loops carry the next tile's start from one iteration to the next (one flat loop
+    over the whole list, loads pipelined across block boundaries). Reading the list entry of
+    tile ``t`` inside iteration ``t`` put a dependent global load in front of every tile's
+    address: the pipeliner then either waited on it synchronously or drained all copies each
+    iteration. Read one iteration ahead, its latency hides behind a tile of work."""
+    per_block: tl.constexpr = LIST_BLOCK // BLOCK
+    nxt = t + 1
+    jump = (nxt % per_block) == 0
+    block = tl.load(idx_ptr + nxt // per_block, mask=jump & (nxt < stop), other=0)
+    return tl.where(jump, block * LIST_BLOCK, start + BLOCK)
 
 
 @triton.jit

@@ -22,7 +22,8 @@ from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi
                      alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_keep,
                      env_block, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
                      query_tile, score_args, scores_log2, seq_bounds, seq_bucket, softmax_step,
-                     sparse_args, strides, tile_ranges, tile_start, varlen_args, window_args)
+                     sparse_args, strides, tile_ranges, tile_start, next_tile_start, varlen_args,
+                     window_args)
 
 
 @triton.jit
@@ -46,8 +47,12 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
     the compiled score_mod (both from :mod:`flashtile.codegen`). ``PAGED``: K/V live in pages of
     ``PAGE_SIZE`` rows (a multiple of BLOCK_N, so a tile never straddles two), page
     ``table_row[key // PAGE_SIZE]`` at ``k_base + page * stride_kp``."""
+    listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
     for t in range(start, stop):
-        start_n = tile_start(t, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
+        start_n = t * BLOCK_N
+        if INDEXED:
+            start_n = listed
+            listed = next_tile_start(t, listed, stop, idx_ptr, BLOCK_N, LIST_BLOCK)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         rows = offs_m[:, None]
         cols = offs_n[None, :]
