@@ -7,6 +7,7 @@ import torch
 
 import flashtile
 from flashtile import flash_attn_func
+from utils import DEVICE
 
 
 def qkv(b=1, s=8, h=2, d=16, dtype=torch.float32, hkv=None, sk=None, dv=None):
@@ -86,7 +87,7 @@ def test_bad_input_is_a_clear_error(build, exc, words):
 
 
 def test_backend_switch(monkeypatch):
-    q, k, v = qkv()
+    q, k, v = (t.to(DEVICE) for t in qkv())
     monkeypatch.setenv("FLASHTILE_BACKEND", "nonsense")
     with pytest.raises(ValueError, match="FLASHTILE_BACKEND"):
         flash_attn_func(q, k, v)
@@ -102,6 +103,16 @@ def test_backend_switch(monkeypatch):
     assert (out_triton.double() - ref).abs().max() < 1e-5
     with pytest.raises(ValueError, match="one of"):
         flashtile.set_backend("cuda")
+
+
+def test_triton_backend_on_cpu_tensors_without_the_interpreter(monkeypatch):
+    """CPU tensors with FLASHTILE_BACKEND=triton and no interpreter (a GPU machine): an error
+    that says how to fix it, before any launch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setenv("FLASHTILE_BACKEND", "triton")
+    with pytest.raises(ValueError, match=r"needs CUDA tensors, got tensors on cpu.*"
+                                         r"TRITON_INTERPRET=1.*FLASHTILE_BACKEND=torch"):
+        flash_attn_func(*qkv())
 
 
 def test_public_names():

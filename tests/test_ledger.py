@@ -279,7 +279,7 @@ def test_extra_memory_n_squared_vs_n():
     w = Workload(batch=2, nheads=4, seqlen_q=2048, headdim=64)
     r = estimate(w, H200, TileConfig(backward="two-pass"))
     ss, nd = 2 * 4 * 2048 * 2048 * E, 2 * 4 * 2048 * 64 * E
-    assert r.standard_memory_peak == 3 * ss + 2 * nd           # P, dP, dS + O, dV
+    assert r.standard_memory_peak == 4 * ss + 2 * nd           # P, dP, dS, dP*P + O, dV
     assert r.tiled_memory_peak == nd + 2 * (2 * 4 * 2048 * 4) + 3 * nd   # O, LSE, D, dQ, dK, dV
 
 
@@ -581,4 +581,5 @@ def test_measure_on_gpu_small():
     res = measure.measure_workload(w, "bf16", warmup=5, rep=10)
     assert res["standard"]["ms"] > 0, res
     model = estimate(w, PRESETS["h200"]).standard_memory_peak
-    assert res["standard"]["peak_extra_bytes"] == pytest.approx(model, rel=0.25), res
+    # The model matches eager to the byte on an H200 (one N x N tensor here is 24% of the peak).
+    assert res["standard"]["peak_extra_bytes"] == pytest.approx(model, rel=0.05), res

@@ -1030,8 +1030,8 @@ def butterfly_block_layout(n_q_blocks: int, n_kv_blocks: Optional[int] = None,
                                                                        n_kv_blocks)
     if max_stride is not None and (not _is_int(max_stride) or max_stride < 1):
         raise ValueError(f"max_stride must be a positive int or None, got {max_stride!r}")
-    i = torch.arange(n_q_blocks)[:, None]
-    j = torch.arange(n_kv_blocks)[None, :]
+    i = torch.arange(n_q_blocks, device=device)[:, None]
+    j = torch.arange(n_kv_blocks, device=device)[None, :]
     x = i ^ j
     keep = (x & (x - 1)) == 0                         # 0 or a power of two
     if max_stride is not None:
@@ -1058,8 +1058,8 @@ def strided_block_layout(n_q_blocks: int, n_kv_blocks: Optional[int] = None, str
         raise ValueError(f"stride must be a positive int, got {stride!r}")
     if not _is_int(local) or local < 0:
         raise ValueError(f"local must be a non-negative int, got {local!r}")
-    i = torch.arange(n_q_blocks)[:, None]
-    j = torch.arange(n_kv_blocks)[None, :]
+    i = torch.arange(n_q_blocks, device=device)[:, None]
+    j = torch.arange(n_kv_blocks, device=device)[None, :]
     keep = ((i - j).abs() < local) | ((i - j) % stride == 0)
     if causal:
         keep = keep & (j <= i)

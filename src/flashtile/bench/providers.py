@@ -233,7 +233,8 @@ class EagerProvider(Provider):
     description = "matmul + softmax + matmul in PyTorch"
 
     def memory_estimate(self, case):
-        # Forward keeps S and P; backward adds dP and dS (all in the input dtype).
+        # Forward keeps S and P; backward's peak is P, dP, dS and CUDA's dP * P temporary
+        # (all in the input dtype; see flashtile.ledger's eager timeline).
         elem = torch.finfo(case.torch_dtype).bits // 8
         return (2 if case.mode == "fwd" else 4) * elem * case.scores
 
