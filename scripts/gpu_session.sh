@@ -61,7 +61,7 @@ json.dump(rows, open(os.path.join(os.environ.get("OUT", "."), "sparse.json"), "w
 PY
       ;;
     features) # issues 3/4/5 targets: fusion, varlen, block-sparse vs compiled flex, decode
-      python3 scripts/feature_bench.py --part fusion,varlen,sparse,decode --budget-s ${FEATURES_BUDGET:-500} \
+      python3 scripts/feature_bench.py --part ${FEATURES_PARTS:-fusion,varlen,sparse,decode} --budget-s ${FEATURES_BUDGET:-500} \
         --out "$OUT/features" 2>&1 | tee "$OUT/features.log" ;;
     bwdsweep) # backward: atomic vs two-pass dQ x tile configs, vs cuDNN (scripts/bwd_sweep.py)
       python3 scripts/bwd_sweep.py --headdims ${SWEEP_HEADDIMS:-64,128} \
