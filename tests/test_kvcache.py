@@ -420,19 +420,15 @@ def test_value_checks_switch(monkeypatch):
 
 
 def test_num_splits_heuristic():
-    from flashtile.kernels.decode import (MAX_SPLITS, MIN_KEYS_PER_SPLIT, num_splits_heuristic,
+    from flashtile.kernels.decode import (CTAS_PER_SM, MAX_SPLITS, num_splits_heuristic,
                                           resolve_num_splits)
 
+    slots = CTAS_PER_SM * 132
     assert num_splits_heuristic(programs=256, capacity=8192, sms=132) == 1   # GPU already full
-    assert num_splits_heuristic(programs=132, capacity=1 << 20, sms=132) == 1
-    # The decoding points (8 KV heads): the split counts measured fastest on the H200.
-    assert num_splits_heuristic(programs=8, capacity=1 << 15, sms=132) == 16   # (1, 32k)
-    assert num_splits_heuristic(programs=64, capacity=1 << 13, sms=132) == 4   # (8, 8k)
-    assert num_splits_heuristic(programs=64, capacity=1 << 17, sms=132) == 2   # (8, 128k)
-    for programs in range(1, 132):                   # about one program per SM, never far over
-        splits = num_splits_heuristic(programs=programs, capacity=1 << 20, sms=132)
-        assert 0.5 * 132 <= programs * splits <= 2 * 132, (programs, splits)
-    assert num_splits_heuristic(programs=8, capacity=1024, sms=132) == 1024 // MIN_KEYS_PER_SPLIT
+    for programs in (8, 24, 64):                                             # one full wave
+        splits = num_splits_heuristic(programs=programs, capacity=1 << 15, sms=132)
+        assert 0.85 * slots <= programs * splits <= slots, (programs, splits)
+    assert num_splits_heuristic(programs=8, capacity=1024, sms=132) == 4     # >= 256 keys each
     assert num_splits_heuristic(programs=1, capacity=1 << 20, sms=132) <= MAX_SPLITS
     cpu = torch.device("cpu")
     assert resolve_num_splits(5, 1, 1, 1, 32, cpu) == 2                      # one per 16 slots

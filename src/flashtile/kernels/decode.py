@@ -48,7 +48,7 @@ from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
-SHORT_SPLIT_KEYS = 8192         # splits shorter than this pay their pipeline start visibly
+CTAS_PER_SM = 2                 # resident decode programs per SM assumed by the split heuristic
 MAX_BLOCK_M = 64
 MAX_SPLITS = 128
 
@@ -337,21 +337,23 @@ def num_splits_heuristic(programs: int, capacity: int, sms: int) -> int:
     """Splits per (sequence, KV head, row block) for ``programs`` unsplit programs over caches of
     ``capacity`` slots.
 
-    Measured on the H200 (docs/perf.md, split sweep): one program per SM already streams at
-    HBM bandwidth once its pipeline is full, so the split count aims at ``sms`` programs, one
-    wave, rather than two per SM (a second resident program shares the SM's bandwidth and
-    leaves unevenly loaded SMs as a tail): batch 1 x 8 KV heads at 32k keys is fastest with 16
-    splits (128 programs), batch 8 at 128k with 2. Exception: when each split would be short
-    (< ``SHORT_SPLIT_KEYS`` keys) and the count is small, twice as many programs let two per SM
-    hide each other's pipeline start (batch 8 at 8k keys: 4 splits beat 2). At least
-    ``MIN_KEYS_PER_SPLIT`` keys per split; one split once the programs fill the SMs.
+    The GPU is taken as ``CTAS_PER_SM * sms`` slots for resident programs. One split when the
+    programs already fill 80% of them. Otherwise, among ``s = 1 ..`` (at least
+    ``MIN_KEYS_PER_SPLIT`` keys per split), the wave efficiency of ``programs * s`` programs is
+    ``waves / ceil(waves)`` (a last, partly filled wave wastes the rest of its slots); the
+    smallest ``s`` within 85% of the best efficiency wins (fewer splits: less merging).
+    E.g. on 132 SMs: 8 programs (batch 1, 8 KV heads) -> 29 splits; 64 -> 4; 256 -> 1.
     """
-    if programs >= sms:
+    slots = CTAS_PER_SM * sms
+    if programs >= 0.8 * slots:
         return 1
-    splits = max(1, round(sms / programs))
-    if splits <= 2 and capacity // splits < SHORT_SPLIT_KEYS:
-        splits *= 2
-    return max(1, min(splits, MAX_SPLITS, capacity // MIN_KEYS_PER_SPLIT))
+    most = max(1, min(MAX_SPLITS, capacity // MIN_KEYS_PER_SPLIT))
+    efficiency = []
+    for splits in range(1, most + 1):
+        waves = programs * splits / slots
+        efficiency.append(waves / math.ceil(waves))
+    best = max(efficiency)
+    return next(i + 1 for i, e in enumerate(efficiency) if e >= 0.85 * best)
 
 
 def resolve_num_splits(requested: int, batch: int, nheads_kv: int, rows: int, capacity: int,
