@@ -15,8 +15,8 @@ import torch
 
 from flashtile.params import AttentionParams
 from flashtile.reference.philox import (KEYS_PER_CALL, draw_seed_offset, dropout_counters,
-                                        dropout_keep, dropout_uniform16, philox_4x32,
-                                        philox_uniform)
+                                        dropout_keep, dropout_stride_b, dropout_uniform16,
+                                        philox_4x32, philox_uniform)
 
 SEEDS = [0, 1, 12345, 2**31 - 1, 2**33 + 7, -5]
 
@@ -51,13 +51,18 @@ _TRITON_SCRIPT = textwrap.dedent('''
 
     @triton.jit
     def _keep_kernel(out_ptr, seed, rng_offset, row_base, seqlen_k, dropout_p,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        offs_m = tl.arange(0, BLOCK_M)
-        start_n = tl.program_id(0) * BLOCK_N
-        keep = dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_p,
-                            BLOCK_N)
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED: tl.constexpr):
+        start_m = tl.program_id(0) * BLOCK_M
+        start_n = tl.program_id(1) * BLOCK_N
+        keep = dropout_keep(seed, rng_offset, row_base + start_m // 2, start_n, seqlen_k,
+                            dropout_p, BLOCK_M, BLOCK_N, TRANSPOSED)
+        rows = start_m + tl.arange(0, BLOCK_M)
         cols = start_n + tl.arange(0, BLOCK_N)
-        tl.store(out_ptr + offs_m[:, None] * seqlen_k + cols[None, :], keep.to(tl.int8))
+        if TRANSPOSED:      # a (BLOCK_N, BLOCK_M) tile: keys down, queries across
+            ptrs = out_ptr + rows[None, :] * 64 + cols[:, None]
+        else:
+            ptrs = out_ptr + rows[:, None] * 64 + cols[None, :]
+        tl.store(ptrs, keep.to(tl.int8))
 
     offsets = torch.load(sys.argv[1])
     seeds = [int(s) for s in sys.argv[3:]]
@@ -66,10 +71,15 @@ _TRITON_SCRIPT = textwrap.dedent('''
         out = torch.full(offsets.shape, float("nan"), dtype=torch.float32)
         _rand_kernel[(1,)](out, offsets, seed, N=offsets.numel())
         results[seed] = out
-    # dropout_keep: 16 rows x 64 keys (4 tiles of 16), p = 0.3 (19661 / 2**16), row_base 40
-    keep = torch.full((16, 64), -1, dtype=torch.int8)
-    _keep_kernel[(4,)](keep, 77, 2**33 + 9, 40, 64, 19661 / 65536, BLOCK_M=16, BLOCK_N=16)
-    results["keep"] = keep
+    # dropout_keep: 32 queries x 64 keys of one head in 2 x 2 tiles of 16 x 32, both
+    # orientations, p = 0.3 (19661 / 2**16). "small": head 5 of 8, 32 x 64 per head. "large":
+    # head 3 of 4 at 2**20 x 2**20 per head, counters near 2**38 (int64 arithmetic in the kernel).
+    for name, row_base, seqlen_k in (("small", 5 * 16, 64), ("large", 3 * 2**19, 2**20)):
+        for transposed in (False, True):
+            keep = torch.full((32, 64), -1, dtype=torch.int8)
+            _keep_kernel[(2, 2)](keep, 77, 2**33 + 9, row_base, seqlen_k, 19661 / 65536,
+                                 BLOCK_M=16, BLOCK_N=32, TRANSPOSED=transposed)
+            results[(name, transposed)] = keep
     torch.save(results, sys.argv[2])
 ''')
 
@@ -95,11 +105,14 @@ def test_bitwise_equal_to_triton_tl_rand(tmp_path):
         differ = ours.view(torch.int32) != theirs.view(torch.int32)
         assert not differ.any(), (f"seed {seed}: {int(differ.sum())} of {offsets.numel()} differ, "
                                   f"first at counter {int(offsets[differ][0])}")
-    # The kernels' dropout_keep (8 keys per Philox call) against the replica, position by position.
+    # The kernels' dropout_keep against the replica, position by position, in both orientations.
     params = AttentionParams(softmax_scale=1.0, dropout_p=19661 / 65536, seed=77, offset=2**33 + 9)
-    ours = dropout_keep(params, 0, 0, 40 + torch.arange(16)[:, None], torch.arange(64)[None, :],
-                        1, 1, 64)
-    assert torch.equal(results["keep"].bool(), ours)
+    rows, cols = torch.arange(32)[:, None], torch.arange(64)[None, :]
+    for name, head, nheads, seqlen in (("small", 5, 8, None), ("large", 3, 4, 2**20)):
+        ours = dropout_keep(params, 0, head, rows, cols, nheads, seqlen or 32, seqlen or 64)
+        assert 0.6 < ours.double().mean() < 0.8
+        for transposed in (False, True):
+            assert torch.equal(results[(name, transposed)].bool(), ours), (name, transposed)
 
 
 @pytest.mark.parametrize("counter, key, expected", [
@@ -155,18 +168,33 @@ def test_uniform_histogram_flat():
 
 def test_dropout_counters_layout():
     params = AttentionParams(softmax_scale=1.0, offset=2**36 + 3)
-    b, h, sq, sk = 2, 3, 5, 20
-    groups = -(-sk // KEYS_PER_CALL)                                # 3 Philox calls per row
+    b, h, sq, sk = 2, 3, 21, 40
     counters = dropout_counters(params, torch.arange(b)[:, None, None, None],
                                 torch.arange(h)[None, :, None, None], torch.arange(sq)[:, None],
                                 torch.arange(sk)[None, :], h, sq, sk)
     assert counters.shape == (b, h, sq, sk) and counters.dtype == torch.int64
-    # One counter per (row, 8 keys), row-major from the offset: every call used exactly once.
-    calls = counters[..., ::KEYS_PER_CALL].flatten()
-    assert torch.equal(calls, params.offset + torch.arange(b * h * sq * groups))
-    assert torch.equal(counters, counters[..., ::KEYS_PER_CALL].repeat_interleave(8, -1)[..., :sk])
-    assert int(dropout_counters(params, 1, 2, 3, 17, h, sq, sk)) == \
-        params.offset + ((1 * h + 2) * sq + 3) * groups + 17 // 8
+    # Every call serves the queries {i, i+8} x keys {j, j+1, j+8, j+9} of a 16 x 16 block.
+    i, j = torch.arange(32)[:, None], torch.arange(48)[None, :]
+    full = dropout_counters(params, 0, 0, i, j, 1, 32, 48)
+    partner_q = (i // 16) * 16 + (i % 16 + 8) % 16
+    partner_k = (j // 16) * 16 + (j % 16 + 8) % 16
+    assert torch.equal(full, full[partner_q.squeeze(1)])
+    assert torch.equal(full, full[:, partner_k.squeeze(0)])
+    assert torch.equal(full, full[:, (j ^ 1).squeeze(0)])
+    _, uses = full.unique(return_counts=True)
+    assert (uses == KEYS_PER_CALL).all()
+    # Row-major over (batch, head, row group) then key group, from the offset; calls of different
+    # heads and batch entries never collide, and stay below the batch stride.
+    stride = dropout_stride_b(h, sq, sk)
+    assert stride == h * 2 * 8 * 3 * 4
+    assert int(counters.min()) == params.offset
+    assert int(counters.max()) < params.offset + b * stride
+    per_bh = counters.flatten(2)
+    for x in range(b * h):
+        for y in range(x):
+            assert not set(per_bh.flatten(0, 1)[x].tolist()) & set(per_bh.flatten(0, 1)[y].tolist())
+    assert int(dropout_counters(params, 1, 2, 19, 27, h, sq, sk)) == \
+        params.offset + ((1 * h + 2) * 16 + (8 + 3)) * 12 + (4 + 1)
 
 
 def test_dropout_uses_all_four_words_in_16_bit_halves():
@@ -174,7 +202,10 @@ def test_dropout_uses_all_four_words_in_16_bit_halves():
     words = philox_4x32(counter & 0xFFFFFFFF, counter >> 32, torch.zeros(1, dtype=torch.int64),
                         torch.zeros(1, dtype=torch.int64), 5, 0)
     halves = [int(w) >> shift & 0xFFFF for w in words for shift in (0, 16)]
-    got = dropout_uniform16(5, counter.expand(8), torch.arange(8))
+    # (query, key) of each (word, half): word 2 * (i // 8 % 2) + j // 8 % 2, half j % 2
+    q_idx = torch.tensor([0, 0, 0, 0, 8, 8, 8, 8])
+    kv_idx = torch.tensor([0, 1, 8, 9, 0, 1, 8, 9])
+    got = dropout_uniform16(5, counter.expand(8), q_idx, kv_idx)
     assert got.tolist() == halves
 
 
@@ -183,7 +214,7 @@ def test_dropout_keep_is_uniform_threshold():
     assert params.dropout_p == 19661 / 65536                          # held in units of 2**-16
     kv = torch.arange(1000)
     keep = dropout_keep(params, 1, 2, 3, kv, 4, 8, 1000)
-    u = dropout_uniform16(11, dropout_counters(params, 1, 2, 3, kv, 4, 8, 1000), kv)
+    u = dropout_uniform16(11, dropout_counters(params, 1, 2, 3, kv, 4, 8, 1000), 3, kv)
     assert keep.dtype == torch.bool
     assert torch.equal(keep, u >= 19661)
 

@@ -37,11 +37,11 @@ import triton.language as tl
 from ..reference.dense import sum_to_shape
 
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
-                     bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_keep,
-                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
-                     row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
-                     tile_ranges, tile_start, next_tile_start, varlen_args, varlen_sequence,
-                     window_args)
+                     bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
+                     dropout_keep, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
+                     query_tile, row_ranges, score_args, seq_bounds, seq_bucket, sparse_args,
+                     strides, tile_ranges, tile_start, next_tile_start, varlen_args,
+                     varlen_sequence, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -104,7 +104,8 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
         # The list entry is read in the iteration itself here, not one ahead as in the forward
         # and dQ loops: on the H200 the look-ahead made this loop slower (block mask of density
         # 1.0, d=64: 3.53 ms vs 3.32 ms), while it sped the other two up (docs/perf.md).
-        offs_m = tile_start(t, stop, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED) + tl.arange(0, BLOCK_M)
+        start_m = tile_start(t, stop, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED)
+        offs_m = start_m + tl.arange(0, BLOCK_M)
         rows = offs_m[None, :]
         q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
         do = load_tile(do_base, offs_m, stride_dos, offs_dv, seqlen_q, head_dv, True, EVEN_DV)
@@ -120,9 +121,8 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
         if HAS_DROPOUT:
             # Regenerate the forward's mask; O = (P * Z / (1 - p)) V, so dV uses the dropped P
             # and dP flows back through the same mask.
-            # (drawn in (query, key) order, the layout every pass shares, then transposed)
-            keep_d = tl.trans(dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k,
-                                           dropout_p, offs_n.shape[0]))
+            keep_d = dropout_keep(seed, rng_offset, row_base + start_m // 2, start_n, seqlen_k,
+                                  dropout_p, BLOCK_M, offs_n.shape[0], True)
             p_used = tl.where(keep_d, p_t * (1.0 / (1.0 - dropout_p)), 0.0)
         dv = tl.dot(p_used.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
@@ -192,7 +192,6 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                   stride_ks, offs_d, seqlen_k, head_d, True, EVEN_D)
     v = load_tile(V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs, offs_n,
                   stride_vs, offs_dv, seqlen_k, head_dv, True, EVEN_DV)
-    rng_offset = rng_offset + off_b * rng_stride_b
     dk = tl.zeros([BLOCK_N, HEAD_D], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DV], tl.float32)
     col_hi = tl.minimum(start_n + BLOCK_N, seqlen_k) - 1
@@ -203,7 +202,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
         q_base = Q + off_b * stride_qb + off_h * stride_qh + q_start * stride_qs
         do_base = DO + off_b * stride_dob + off_h * stride_doh + q_start * stride_dos
         dq_base = DQ_ACC + off_b * stride_dqb + off_h * stride_dqh + q_start * stride_dqs
-        row_base = off_h * seqlen_q
+        rng_base, row_base = dropout_bases(rng_offset, rng_stride_b, off_b, off_h, seqlen_q)
         LSE_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start
         D_row = Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start
         bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
@@ -217,7 +216,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_dqs, 0, tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
                 start_n, offs_n, offs_d, offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                softcap_log2, sm_scale, row_base, seed, rng_base, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
@@ -227,7 +226,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_dqs, 0, tl.load(FULL_KV_NUM + row) * per_block,
                 FULL_KV_IDX + row * mask_nkv, start_n, offs_n, offs_d, offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                softcap_log2, sm_scale, row_base, seed, rng_base, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
@@ -239,7 +238,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_dqs, a // BLOCK_M, b // BLOCK_M, KV_IDX, start_n, offs_n, offs_d,
                 offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                softcap_log2, sm_scale, row_base, seed, rng_base, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
@@ -249,7 +248,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_dqs, b // BLOCK_M, c // BLOCK_M, KV_IDX, start_n, offs_n, offs_d,
                 offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                softcap_log2, sm_scale, row_base, seed, rng_base, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
@@ -259,7 +258,7 @@ def _bwd_dkdv_kernel(Q, K, V, DO, LSE, Dsum, DK, DV, DQ_ACC, SLOPES, BIAS, DBIAS
                 stride_dqs, c // BLOCK_M, d // BLOCK_M, KV_IDX, start_n, offs_n, offs_d,
                 offs_dv, head_d, head_dv,
                 seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
-                softcap_log2, sm_scale, row_base, seed, rng_offset, dropout_p, bias_base,
+                softcap_log2, sm_scale, row_base, seed, rng_base, dropout_p, bias_base,
                 dbias_base, stride_bm, stride_bn, stride_dbm, off_b, off_h, sm_args, mm_args,
                 BLOCK_M, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                 BIAS_BOOL, HAS_DBIAS, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
@@ -306,8 +305,8 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
                             SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD, MASKED)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if HAS_DROPOUT:
-            keep_d = dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_p,
-                                  BLOCK_N)
+            keep_d = dropout_keep(seed, rng_offset, row_base, start_n, seqlen_k, dropout_p,
+                                  offs_m.shape[0], BLOCK_N, False)
             dp = tl.where(keep_d, dp * (1.0 / (1.0 - dropout_p)), 0.0)
         ds = chain_ds(p * (dp - Di[:, None]), t, g, HAS_SCORE_MOD, HAS_SOFTCAP)
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PRECISION)
@@ -354,8 +353,9 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
     slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
     k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
     v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
-    row_base = off_h * seqlen_q
-    rng_offset = rng_offset + off_b * rng_stride_b
+    # dropout counters: this batch entry's first, this query tile's first row group
+    rng_offset, row_base = dropout_bases(rng_offset, rng_stride_b, off_b, off_h, seqlen_q)
+    row_base += start_m // 2
     bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
     dq = tl.zeros([BLOCK_M, HEAD_D], tl.float32)
     row_hi = tl.minimum(start_m + BLOCK_M, seqlen_q) - 1

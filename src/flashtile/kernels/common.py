@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ..backend import interpreter_enabled
 from ..params import DROPOUT_UNIT
-from ..reference.philox import KEYS_PER_CALL, dropout_stride_b
+from ..reference.philox import dropout_stride_b
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -33,7 +33,6 @@ LN2 = 0.6931471805599453
 LOG2E_K = tl.constexpr(LOG2E)
 LN2_K = tl.constexpr(LN2)
 DROPOUT_UNIT_K = tl.constexpr(float(DROPOUT_UNIT))
-KEYS_PER_CALL_K = tl.constexpr(KEYS_PER_CALL)
 
 
 # Integer arguments Triton must not specialise on (value 1 / divisibility by 16): otherwise every
@@ -412,29 +411,70 @@ def band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
 
 
 @triton.jit
-def dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k, dropout_p,
-                 BLOCK_N: tl.constexpr):
-    """``(BLOCK_M, BLOCK_N)`` bool, True where dropout keeps the probability of (query
-    ``offs_m``, key ``start_n + j``).
+def dropout_bases(rng_offset, rng_stride_b, off_b, off_h, seqlen_q):
+    """Where the dropout counters of (batch ``off_b``, query head ``off_h``) start: the batch
+    entry's first counter (int64: ``b * h * sq * sk / 8`` passes 2**31 at long sequences) and
+    the head's first row group (``h * cdiv(seqlen_q, 16) * 8``), as :func:`dropout_keep` takes
+    them; the layout is ``reference/philox.py``'s."""
+    return (rng_offset + tl.cast(off_b, tl.int64) * rng_stride_b,
+            off_h * (tl.cdiv(seqlen_q, 16) * 8))
 
-    One Philox 4x32 call serves 8 consecutive keys: its four 32-bit words give eight 16-bit
-    uniforms (key ``j`` takes half ``j % 2`` of word ``(j % 8) // 2``), kept iff
-    ``>= dropout_p * 2**16`` (an integer: ``dropout_p`` is a multiple of 2**-16). That is 8x
-    fewer Philox rounds than one call per element, which otherwise dominate a dropout step.
-    Counter of the call for (row, key group ``g``):
-    ``rng_offset + (row_base + row) * cdiv(seqlen_k, 8) + g``, ``row_base = (b * nheads + h) *
-    seqlen_q``: the same numbers ``reference/philox.py`` draws, so the torch path and the kernels
-    drop the same positions, and the backward regenerates the forward's mask instead of storing
-    it. ``start_n`` is a multiple of 8 (tiles start at multiples of BLOCK_N >= 16)."""
-    groups = tl.cdiv(seqlen_k, KEYS_PER_CALL_K)
-    g = start_n // KEYS_PER_CALL_K + tl.arange(0, BLOCK_N // KEYS_PER_CALL_K)
-    counters = rng_offset + (row_base + offs_m[:, None]) * groups + g[None, :]
-    w0, w1, w2, w3 = tl.randint4x(seed, counters)
-    lo = tl.join(tl.join(w0 & 0xFFFF, w2 & 0xFFFF), tl.join(w1 & 0xFFFF, w3 & 0xFFFF))
-    hi = tl.join(tl.join(w0 >> 16, w2 >> 16), tl.join(w1 >> 16, w3 >> 16))
-    # (BLOCK_M, groups, word_hi, word_lo, half) read row-major = key order within the group
-    u16 = tl.reshape(tl.join(lo, hi), (offs_m.shape[0], BLOCK_N))
-    return u16.to(tl.float32) >= dropout_p * DROPOUT_UNIT_K
+
+@triton.jit
+def _halves16(w):
+    """The two 16-bit uniforms of a 32-bit Philox word, low half first (a new last dim of 2)."""
+    return tl.join(w & 0xFFFF, w >> 16)
+
+
+@triton.jit
+def dropout_keep(seed, rng_offset, row_group, start_n, seqlen_k, dropout_p,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """Bool tile, True where dropout keeps the probability of (query ``start_m + i``, key
+    ``start_n + j``): ``(BLOCK_M, BLOCK_N)``, or ``(BLOCK_N, BLOCK_M)`` with ``TRANSPOSED``
+    (the dK/dV pass's ``S^T`` tiles). ``row_group``: the tile's first query row group,
+    ``row_base + start_m // 2`` with ``row_base`` from :func:`dropout_bases`.
+
+    One Philox 4x32 call gives eight 16-bit uniforms, kept iff ``>= dropout_p * 2**16`` (an
+    integer: ``dropout_p`` is a multiple of 2**-16). The eight positions of one call are the
+    queries ``{i, i + 8}`` times the keys ``{j, j + 1, j + 8, j + 9}`` of a 16 x 16 block: the
+    register bits of Hopper's and Ampere's MMA accumulator layout (a thread holds rows r and
+    r + 8 and, every 8 columns, a column pair). So the reshapes below only rename registers,
+    and each thread runs one call per 8 of its probabilities, where consecutive keys per call
+    cost a shared-memory round trip per tile (15 layout conversions per kernel). With
+    ``TRANSPOSED`` the key pair ``{j, j + 1}`` lies across two threads, which then both run the
+    call (one per 4 probabilities, still no conversion).
+
+    Counter of the call for query row group ``g_q`` and key group ``g_k`` (query
+    ``i -> (i // 16) * 8 + i % 8``, key ``j -> (j // 16) * 4 + (j // 2) % 4``):
+    ``rng_offset + (row_base + g_q) * cdiv(seqlen_k, 16) * 4 + g_k``; word
+    ``2 * (i // 8 % 2) + j // 8 % 2``, half ``j % 2``. ``reference/philox.py`` draws the same
+    numbers, so the torch path and the kernels drop the same positions and the backward
+    regenerates the forward's mask instead of storing it. ``start_m``/``start_n`` are multiples
+    of 16 (tiles are)."""
+    key_groups = tl.cdiv(seqlen_k, 16) * 4
+    base = rng_offset + tl.cast(row_group, tl.int64) * key_groups + start_n // 4
+    gm = tl.arange(0, BLOCK_M // 2)
+    if TRANSPOSED:
+        # Rows: keys without bit 3; each key pair shares its call (the two threads holding it
+        # both run it) and takes half ``j % 2`` of each word.
+        kn = tl.arange(0, BLOCK_N // 2)
+        counters = base + (gm[None, :] * key_groups + kn[:, None] // 2)  # (BLOCK_N/2, BLOCK_M/2)
+        w0, w1, w2, w3 = tl.randint4x(seed, counters)
+        shift = (kn[:, None] % 2) * 16
+        # (..., key bit 3, query bit 3): word 2 * q3 + k3
+        u = tl.join(tl.join(w0 >> shift, w1 >> shift), tl.join(w2 >> shift, w3 >> shift))
+        u = tl.reshape(u & 0xFFFF, (BLOCK_N // 16, 8, BLOCK_M // 16, 8, 2, 2))
+        u = tl.reshape(tl.permute(u, (0, 4, 1, 2, 5, 3)), (BLOCK_N, BLOCK_M))
+    else:
+        gn = tl.arange(0, BLOCK_N // 4)
+        counters = base + (gm[:, None] * key_groups + gn[None, :])      # (BLOCK_M/2, BLOCK_N/4)
+        w0, w1, w2, w3 = tl.randint4x(seed, counters)
+        # (..., key bit 0, key bit 3, query bit 3): word 2 * q3 + k3, half k0
+        u = tl.join(tl.join(_halves16(w0), _halves16(w1)),
+                    tl.join(_halves16(w2), _halves16(w3)))
+        u = tl.reshape(u, (BLOCK_M // 16, 8, BLOCK_N // 16, 4, 2, 2, 2))
+        u = tl.reshape(tl.permute(u, (0, 6, 1, 2, 5, 3, 4)), (BLOCK_M, BLOCK_N))
+    return u >= tl.cast(dropout_p * DROPOUT_UNIT_K, tl.uint32)
 
 
 @triton.jit

@@ -18,12 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2,
-                     alloc, band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_keep,
-                     env_block, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
-                     query_tile, score_args, scores_log2, seq_bounds, seq_bucket, softmax_step,
-                     sparse_args, strides, tile_ranges, tile_start, next_tile_start, varlen_args,
-                     window_args)
+from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
+                     band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
+                     dropout_keep, env_block, interpreting, load_tile, mod_args, padded_headdim,
+                     prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
+                     softmax_step, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
+                     varlen_args, window_args)
 
 
 @triton.jit
@@ -90,8 +90,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
-            p = tl.where(dropout_keep(seed, rng_offset, row_base, offs_m, start_n, seqlen_k,
-                                      dropout_p, BLOCK_N), p, 0.0)
+            p = tl.where(dropout_keep(seed, rng_offset, row_base, start_n, seqlen_k, dropout_p,
+                                      offs_m.shape[0], BLOCK_N, False), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
@@ -140,8 +140,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
 
     bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
-    row_base = off_h * seqlen_q                                         # dropout counters
-    rng_offset = rng_offset + off_b * rng_stride_b
+    # dropout counters: this batch entry's first, this query tile's first row group
+    rng_offset, row_base = dropout_bases(rng_offset, rng_stride_b, off_b, off_h, seqlen_q)
+    row_base += start_m // 2
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)

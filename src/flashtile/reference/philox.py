@@ -1,11 +1,11 @@
 """A bit-exact PyTorch replica of Triton's ``tl.rand``: the dropout RNG of both backends.
 
-Dropout never stores its mask. Every (batch, head, query, key) position owns one 64-bit
-counter; the Philox 4x32-10 block cipher turns ``(seed, counter)`` into a uniform float, and the
-position is kept iff that float is ``>= dropout_p``. The backward (and the torch path, and the
-tests) regenerate the same mask from ``(seed, offset)`` alone. The Triton kernels call
-``tl.rand(seed, offset + counter)``; this module computes the same bits with torch integer ops,
-so the torch path and the kernels drop exactly the same positions.
+Dropout never stores its mask. Each (batch, head, query, key) position maps to a 64-bit counter
+(shared by 8 positions, below); the Philox 4x32-10 block cipher turns ``(seed, counter)`` into
+random words, and the position is kept iff its uniform is ``>= dropout_p``. The backward (and the
+torch path, and the tests) regenerate the same mask from ``(seed, offset)`` alone. The Triton
+kernels call ``tl.randint4x(seed, counter)``; this module computes the same bits with torch
+integer ops, so the torch path and the kernels drop exactly the same positions.
 
 Notation (Triton's ``triton/language/random.py``, which this mirrors):
 
@@ -21,14 +21,19 @@ Notation (Triton's ``triton/language/random.py``, which this mirrors):
   float32 constant ``4.6566127342e-10`` (just below ``2**-31``, so the result stays ``< 1``)
   (:func:`philox_uniform`, kept as the tested link to Triton's own generator).
 
-Attention dropout uses all four output words (``tl.randint4x``): one Philox call per 8
-consecutive keys of a row, each word split into two 16-bit uniforms; position ``(b, h, i, j)``
-is kept iff its 16-bit value ``>= round(dropout_p * 2**16)``, and ``dropout_p`` itself is held
-at that resolution (:class:`flashtile.AttentionParams`). Counter layout (the kernels use the
-same formula, ``flashtile.kernels.common.dropout_keep``)::
+Attention dropout uses all four output words (``tl.randint4x``), each split into two 16-bit
+uniforms: one Philox call serves 8 positions, the queries ``{i, i + 8}`` times the keys
+``{j, j + 1, j + 8, j + 9}`` of a 16 x 16 block (the positions one GPU thread holds in the
+tensor-core accumulator layout, so the kernels never move random numbers between threads).
+Position ``(b, h, i, j)`` is kept iff its 16-bit value ``>= round(dropout_p * 2**16)``, and
+``dropout_p`` itself is held at that resolution (:class:`flashtile.AttentionParams`). Counter
+layout (the kernels use the same formula, ``flashtile.kernels.common.dropout_keep``)::
 
-    counter = offset + ((b * nheads + h) * seqlen_q + i) * cdiv(seqlen_k, 8) + j // 8
-    value   = (word[(j % 8) // 2] >> (16 * (j % 2))) & 0xFFFF
+    row group  g_q = (i // 16) * 8 + i % 8          (cdiv(seqlen_q, 16) * 8 per head)
+    key group  g_k = (j // 16) * 4 + (j // 2) % 4   (cdiv(seqlen_k, 16) * 4 per row group)
+    counter = offset + ((b * nheads + h) * cdiv(seqlen_q, 16) * 8 + g_q)
+                       * cdiv(seqlen_k, 16) * 4 + g_k
+    value   = (word[2 * (i // 8 % 2) + j // 8 % 2] >> (16 * (j % 2))) & 0xFFFF
 """
 
 from __future__ import annotations
@@ -109,46 +114,59 @@ def philox_uniform(seed: int, counters: torch.Tensor) -> torch.Tensor:
     return folded.to(torch.float32) * scale
 
 
-KEYS_PER_CALL = 8         # keys served by one Philox call (4 words x two 16-bit halves)
+KEYS_PER_CALL = 8         # positions served by one Philox call (4 words x two 16-bit halves)
+
+
 def dropout_threshold(p: float) -> int:
     """``p`` in units of 2**-16 (a 16-bit uniform ``u`` is kept iff ``u >= threshold``); ``p``
     is already such a multiple in :class:`AttentionParams`, so this is exact."""
     return round(p * DROPOUT_UNIT)
 
 
+def _row_groups(seqlen_q: int) -> int:
+    return -(-seqlen_q // 16) * 8
+
+
+def _key_groups(seqlen_k: int) -> int:
+    return -(-seqlen_k // 16) * 4
+
+
 def dropout_stride_b(nheads: int, seqlen_q: int, seqlen_k: int) -> int:
-    """Counters one batch entry uses: ``nheads * seqlen_q * cdiv(seqlen_k, 8)``."""
-    return nheads * seqlen_q * (-(-seqlen_k // KEYS_PER_CALL))
+    """Counters one batch entry uses: ``nheads * cdiv(seqlen_q, 16) * 8 * cdiv(seqlen_k, 16) * 4``
+    (about ``nheads * seqlen_q * seqlen_k / 8``)."""
+    return nheads * _row_groups(seqlen_q) * _key_groups(seqlen_k)
 
 
 def dropout_counters(params: AttentionParams, batch_idx, head_idx, q_idx, kv_idx,
                      nheads: int, seqlen_q: int, seqlen_k: int) -> torch.Tensor:
-    """The Philox counter behind each attention position, int64, broadcast over the indices.
-
-    ``counter = params.offset + ((b * nheads + h) * seqlen_q + i) * cdiv(seqlen_k, 8) + j // 8``,
-    where ``nheads`` is the number of *query* heads. Index arguments are integer tensors (or ints)
-    that broadcast against each other, e.g. ``(b, 1, 1, 1)``, ``(1, h, 1, 1)``, ``(sq, 1)``,
-    ``(1, n)``.
+    """The Philox counter behind each attention position, int64, broadcast over the indices
+    (the module docstring's layout; ``nheads`` is the number of *query* heads). Index arguments
+    are integer tensors (or ints) that broadcast against each other, e.g. ``(b, 1, 1, 1)``,
+    ``(1, h, 1, 1)``, ``(sq, 1)``, ``(1, n)``.
     """
     def as64(x):
         return torch.as_tensor(x, dtype=torch.int64)
-    row = (as64(batch_idx) * nheads + as64(head_idx)) * seqlen_q + as64(q_idx)
-    groups = -(-seqlen_k // KEYS_PER_CALL)
-    return params.offset + row * groups + as64(kv_idx) // KEYS_PER_CALL
+    i, j = as64(q_idx), as64(kv_idx)
+    row_group = (as64(batch_idx) * nheads + as64(head_idx)) * _row_groups(seqlen_q) \
+        + (i // 16) * 8 + i % 8
+    return params.offset + row_group * _key_groups(seqlen_k) + (j // 16) * 4 + (j // 2) % 4
 
 
-def dropout_uniform16(seed: int, counters: torch.Tensor, kv_idx) -> torch.Tensor:
+def dropout_uniform16(seed: int, counters: torch.Tensor, q_idx, kv_idx) -> torch.Tensor:
     """The 16-bit uniform of each position (int64 in ``[0, 2**16)``): half ``j % 2`` of word
-    ``(j % 8) // 2`` of ``philox(seed, counter)``, bitwise as ``tl.randint4x`` in the kernels."""
+    ``2 * (i // 8 % 2) + j // 8 % 2`` of ``philox(seed, counter)``, bitwise as
+    ``tl.randint4x`` in the kernels."""
     counters = counters.to(torch.int64)
     lo = counters & _MASK32
     hi = (counters >> 32) & _MASK32
     zero = torch.zeros_like(lo)
-    words = philox_4x32(lo, hi, zero, zero, seed & _MASK32, (seed >> 32) & _MASK32)
-    r = torch.as_tensor(kv_idx, dtype=torch.int64, device=counters.device) % KEYS_PER_CALL
-    word = torch.where(r // 2 == 0, words[0], torch.where(r // 2 == 1, words[1],
-                       torch.where(r // 2 == 2, words[2], words[3])))
-    return (word >> (16 * (r % 2))) & _MASK16
+    words = torch.stack(torch.broadcast_tensors(
+        *philox_4x32(lo, hi, zero, zero, seed & _MASK32, (seed >> 32) & _MASK32)))
+    i = torch.as_tensor(q_idx, dtype=torch.int64, device=counters.device)
+    j = torch.as_tensor(kv_idx, dtype=torch.int64, device=counters.device)
+    which = (2 * (i // 8 % 2) + j // 8 % 2).expand(counters.shape)
+    word = torch.gather(words, 0, which[None]).squeeze(0)
+    return (word >> (16 * (j % 2))) & _MASK16
 
 
 def dropout_keep(params: AttentionParams, b_idx, h_idx, q_idx, kv_idx, nheads: int,
@@ -157,7 +175,8 @@ def dropout_keep(params: AttentionParams, b_idx, h_idx, q_idx, kv_idx, nheads: i
     ``>= round(params.dropout_p * 2**16)``. Same broadcasting as :func:`dropout_counters`;
     both backends agree on every position."""
     counters = dropout_counters(params, b_idx, h_idx, q_idx, kv_idx, nheads, seqlen_q, seqlen_k)
-    return dropout_uniform16(params.seed, counters, kv_idx) >= dropout_threshold(params.dropout_p)
+    return (dropout_uniform16(params.seed, counters, q_idx, kv_idx)
+            >= dropout_threshold(params.dropout_p))
 
 
 def draw_seed_offset(device: torch.device | str | None = None) -> tuple[int, int]:
