@@ -46,8 +46,14 @@ NO_SPECIALIZE = ["nheads", "group", "seqlen_q", "seqlen_k", "seq_bucket",
                  "mask_nkv"]
 
 
+def next_pow2(n: int) -> int:
+    """Smallest power of two ``>= n`` (``n >= 1``). Plain Python: ``triton.next_power_of_2`` is a
+    constexpr function, ~3 us per call from the host, and a launch makes several."""
+    return 1 << (n - 1).bit_length()
+
+
 def padded_headdim(d: int) -> int:
-    return max(16, triton.next_power_of_2(d))
+    return max(16, next_pow2(d))
 
 
 def alloc(shape, dtype, device) -> torch.Tensor:
@@ -622,7 +628,7 @@ def scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale, softca
 
 def seq_bucket(seqlen_q: int, seqlen_k: int) -> int:
     """Autotuning key for sequence lengths: tune once per power of two, not per length."""
-    return triton.next_power_of_2(max(seqlen_q, seqlen_k, 64))
+    return next_pow2(max(seqlen_q, seqlen_k, 64))
 
 
 def dropout_args(params) -> dict:

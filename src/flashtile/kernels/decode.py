@@ -43,7 +43,7 @@ import triton
 import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
-                     dot_precision, interpreting, padded_headdim, score_args, scores_log2,
+                     dot_precision, interpreting, next_pow2, padded_headdim, score_args, scores_log2,
                      softmax_step, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
@@ -330,7 +330,7 @@ def sm_count(device: torch.device) -> int:
 
 def block_m(rows: int) -> int:
     """Packed rows per program for ``rows = group * seqlen_q``."""
-    return min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)
+    return min(max(16, next_pow2(rows)), MAX_BLOCK_M)
 
 
 def num_splits_heuristic(programs: int, capacity: int, sms: int) -> int:
@@ -405,7 +405,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
         seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
         max(params.window_left, 0), max(params.window_right, 0), **score,
-        kv_bucket=triton.next_power_of_2(cdiv(call.capacity, splits)),
+        kv_bucket=next_pow2(cdiv(call.capacity, splits)),
         BLOCK_M=bm, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
         EVEN_DV=HEAD_DV == head_dv, PAGED=call.block_table is not None,
         PAGE_SIZE=max(call.page_size, 1),
@@ -417,7 +417,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         _combine_kernel[(batch * nheads * seqlen_q,)](
             o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
             *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv, splits,
-            BLOCK_S=min(16, triton.next_power_of_2(splits)), HEAD_DV=HEAD_DV, num_warps=4,
+            BLOCK_S=min(16, next_pow2(splits)), HEAD_DV=HEAD_DV, num_warps=4,
         )
     return out, lse
 

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import alloc, padded_headdim
+from .common import alloc, cdiv, next_pow2, padded_headdim
 
 NO_SPECIALIZE = ["seqlen", "nheads", "head_d", "rotary_half", "stride_cos", "stride_sin"]
 
@@ -102,13 +102,13 @@ def _rotary_kernel(X, OUT, COS, SIN, SEQLENS, BATCH_IDX, BLOCK_TABLE,
 
 def _block_h(nheads: int, head_d: int) -> int:
     """Heads per program: up to 4096 elements per tile."""
-    return max(1, min(triton.next_power_of_2(nheads), 4096 // padded_headdim(head_d)))
+    return max(1, min(next_pow2(nheads), 4096 // padded_headdim(head_d)))
 
 
 def _launch(x, out, out_strides, call, *, rotary: bool, pos_step: bool, to_cache: bool):
     batch, seqlen, nheads, head_d = x.shape
     block_h = _block_h(nheads, head_d)
-    grid = (batch * seqlen, triton.cdiv(nheads, block_h))
+    grid = (batch * seqlen, cdiv(nheads, block_h))
     seqlens = call.cache_seqlens
     cos = call.rotary_cos if rotary else seqlens
     sin = call.rotary_sin if rotary else seqlens
