@@ -73,13 +73,19 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
 
     ``k_head``/``v_head``: pointer offsets of the KV head (plus the cache row when contiguous);
     ``table_row``: pointer to the sequence's block-table row (paged)."""
+    if PAGED and PAGE_SIZE % BLOCK_N == 0:
+        # Block-table entries are read one tile ahead (carried through the loop), so a tile's
+        # K/V copies never wait on its own lookup and the software pipeline stays full.
+        page_next = tl.load(table_row + start // PAGE_SIZE, mask=start < stop, other=0)
     for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)                         # slots
         if MASKED:
             in_seq = (offs_n >= key_start) & (offs_n < key_end)
         if PAGED and PAGE_SIZE % BLOCK_N == 0:
             # The tile lies inside one page: one block-table entry, then contiguous rows.
-            page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
+            page = page_next.to(tl.int64)
+            ahead = start_n + BLOCK_N
+            page_next = tl.load(table_row + ahead // PAGE_SIZE, mask=ahead < stop, other=0)
             row = (offs_n % PAGE_SIZE).to(tl.int64)
             k_rows = page * stride_kb + row * stride_ks
             v_rows = page * stride_vb + row * stride_vs

@@ -48,6 +48,11 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
     ``PAGE_SIZE`` rows (a multiple of BLOCK_N, so a tile never straddles two), page
     ``table_row[key // PAGE_SIZE]`` at ``k_base + page * stride_kp``."""
     listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
+    if PAGED:
+        # Block-table entries are read one tile ahead too, so a tile's K/V copies never wait on
+        # their own lookup (paged caches come with consecutive tiles, never a block list).
+        tl.static_assert(not INDEXED)
+        page_next = tl.load(table_row + start * BLOCK_N // PAGE_SIZE, mask=start < stop, other=0)
     for t in range(start, stop):
         start_n = t * BLOCK_N
         if INDEXED:
@@ -57,7 +62,9 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         rows = offs_m[:, None]
         cols = offs_n[None, :]
         if PAGED:
-            page = tl.load(table_row + start_n // PAGE_SIZE).to(tl.int64)
+            page = page_next.to(tl.int64)
+            page_next = tl.load(table_row + (start_n + BLOCK_N) // PAGE_SIZE, mask=t + 1 < stop,
+                                other=0)
             k_tile = k_base + page * stride_kp + (start_n % PAGE_SIZE) * stride_kn
             v_tile = v_base + page * stride_vp + (start_n % PAGE_SIZE) * stride_vn
             offs_t = tl.arange(0, BLOCK_N)                          # rows within the tile
