@@ -127,8 +127,11 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
         dv = tl.dot(p_used.to(do.dtype), do, dv, input_precision=PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)
         if HAS_DROPOUT:
-            dp_t = tl.where(keep_d, dp_t * (1.0 / (1.0 - dropout_p)), 0.0)
-        ds_t = p_t * (dp_t - Di[None, :])
+            # dS = P * (dP * Z / (1 - p) - D) = p_used * dP - P * D: the mask is not needed
+            # past the dV product (fewer live registers across the dP product)
+            ds_t = p_used * dp_t - p_t * Di[None, :]
+        else:
+            ds_t = p_t * (dp_t - Di[None, :])
         if HAS_DBIAS:
             # The bias is added to the final score, so its gradient is dS itself; each (row,
             # key) pair of a head is visited exactly once here.
