@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from flashtile.params import AttentionParams
-from flashtile.reference.philox import (KEYS_PER_CALL, draw_seed_offset, dropout_counters,
+from flashtile.reference.philox import (POSITIONS_PER_CALL, draw_seed_offset, dropout_counters,
                                         dropout_keep, dropout_stride_b, dropout_uniform16,
                                         philox_4x32, philox_uniform)
 
@@ -182,7 +182,7 @@ def test_dropout_counters_layout():
     assert torch.equal(full, full[:, partner_k.squeeze(0)])
     assert torch.equal(full, full[:, (j ^ 1).squeeze(0)])
     _, uses = full.unique(return_counts=True)
-    assert (uses == KEYS_PER_CALL).all()
+    assert (uses == POSITIONS_PER_CALL).all()
     # Row-major over (batch, head, row group) then key group, from the offset; calls of different
     # heads and batch entries never collide, and stay below the batch stride.
     stride = dropout_stride_b(h, sq, sk)

@@ -114,7 +114,7 @@ def philox_uniform(seed: int, counters: torch.Tensor) -> torch.Tensor:
     return folded.to(torch.float32) * scale
 
 
-KEYS_PER_CALL = 8         # positions served by one Philox call (4 words x two 16-bit halves)
+POSITIONS_PER_CALL = 8         # positions served by one Philox call (4 words x two 16-bit halves)
 
 
 def dropout_threshold(p: float) -> int:
@@ -201,6 +201,6 @@ def draw_seed_offset(device: torch.device | str | None = None) -> tuple[int, int
     return seed, offset
 
 
-__all__ = ["KEYS_PER_CALL", "draw_seed_offset", "dropout_counters", "dropout_keep",
+__all__ = ["POSITIONS_PER_CALL", "draw_seed_offset", "dropout_counters", "dropout_keep",
            "dropout_stride_b", "dropout_threshold", "dropout_uniform16", "philox_4x32",
            "philox_uniform"]
