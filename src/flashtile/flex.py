@@ -124,9 +124,9 @@ def _pick_backend(params: AttentionParams, device: torch.device) -> str:
 
 def _kernel_limitation(params: AttentionParams) -> str | None:
     """Why the kernels cannot run this call, or None."""
-    from .codegen import UnsupportedModError, compile_mask_mod, compile_score_mod
+    from .codegen import UnsupportedModError, compile_mods
     try:
-        compiled = [compile_score_mod(params.score_mod), compile_mask_mod(params.mask_mod)]
+        compiled = compile_mods(params)
     except UnsupportedModError as error:
         return str(error)
     if any(c.buffers_require_grad for c in compiled):

@@ -65,9 +65,10 @@ casts round like torch and go on in float32). Unsupported constructs raise
 a rewrite; the torch path accepts every function.
 """
 
-from .compiler import CompiledMod, cache_info, clear_cache, compile_mask_mod, compile_score_mod
+from .compiler import (CompiledMod, cache_info, clear_cache, compile_mask_mod, compile_mods,
+                       compile_score_mod)
 from .errors import UnsupportedModError
 from .lower import MAX_BUFFERS
 
 __all__ = ["CompiledMod", "MAX_BUFFERS", "UnsupportedModError", "cache_info", "clear_cache",
-           "compile_mask_mod", "compile_score_mod"]
+           "compile_mask_mod", "compile_mods", "compile_score_mod"]

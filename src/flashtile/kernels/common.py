@@ -562,9 +562,8 @@ def mod_args(params, device, with_grad: bool = False) -> dict:
     Calls without mods skip the compiler entirely (the kernels never call the placeholders)."""
     if params.score_mod is None and params.mask_mod is None:
         return _placeholder_mods()
-    from ..codegen import compile_mask_mod, compile_score_mod
-    sm = compile_score_mod(params.score_mod)
-    mm = compile_mask_mod(params.mask_mod)
+    from ..codegen import compile_mods
+    sm, mm = compile_mods(params)
     return dict(sm_args=sm.kernel_args(device), mm_args=mm.kernel_args(device),
                 SCORE_MOD=sm.fwd_grad_fn if with_grad else sm.fn,
                 HAS_SCORE_MOD=params.score_mod is not None,
