@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
-#   steps: env alltests diagnose tests smoke core full long ledger sparse features quick bwdsweep
+#   steps: env alltests diagnose tests smoke core headdims full long ledger sparse features quick
+#          bwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -76,6 +77,13 @@ PY
       python3 -m flashtile bench --seqlens 1k,4k,16k --headdims 64,128 --causal both \
         --mode fwd,fwdbwd --providers flashtile,cudnn,flash --no-plot \
         --out "$OUT/bench-core" 2>&1 | tee "$OUT/bench-core.log" | tail -60 ;;
+    headdims) # issue 7's other shapes: d 96/128/256 and GQA 8 at 4k, vs cuDNN (same run)
+      python3 -m flashtile bench --seqlens ${HD_SEQLENS:-4k} --headdims 96,128,256 --causal both \
+        --mode fwd,fwdbwd --providers flashtile,cudnn --no-plot --out "$OUT/bench-headdims" 2>&1 \
+        | tee "$OUT/bench-headdims.log" | tail -30
+      python3 -m flashtile bench --seqlens ${HD_SEQLENS:-4k} --headdims 128 --gqa 8 --causal both \
+        --mode fwd,fwdbwd --providers flashtile,cudnn --no-plot --out "$OUT/bench-gqa" 2>&1 \
+        | tee "$OUT/bench-gqa.log" | tail -20 ;;
     full)   # the issue-7 grid
       python3 -m flashtile bench --full --providers flashtile,cudnn,flash \
         --out "$OUT/bench-full" 2>&1 | tee "$OUT/bench-full.log" | tail -80 ;;
