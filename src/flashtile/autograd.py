@@ -56,5 +56,13 @@ class FlashAttnFunction(torch.autograd.Function):
 
 
 def attention(q, k, v, params: AttentionParams, backend: str):
-    """Run attention with autograd support; returns ``(out, lse)``."""
-    return FlashAttnFunction.apply(q, k, v, params.attn_bias, params, backend)
+    """Run attention with autograd support; returns ``(out, lse)``. Without a gradient to
+    compute (``torch.no_grad()``, or no input requiring one) the forward runs directly: the
+    same result, without ``Function.apply``'s ~20 us of host time (inference at small sizes is
+    bound by the host)."""
+    bias = params.attn_bias
+    if not torch.is_grad_enabled() or not (
+            q.requires_grad or k.requires_grad or v.requires_grad
+            or (bias is not None and bias.requires_grad)):
+        return _impl(backend, params).forward(q, k, v, params)
+    return FlashAttnFunction.apply(q, k, v, bias, params, backend)
