@@ -445,8 +445,8 @@ def dropout_keep(seed, rng_offset, row_group, start_n, seqlen_k, dropout_p,
     queries ``{i, i + 8}`` times the keys ``{j, j + 1, j + 8, j + 9}`` of a 16 x 16 block: the
     register bits of Hopper's and Ampere's MMA accumulator layout (a thread holds rows r and
     r + 8 and, every 8 columns, a column pair). So the reshapes below only rename registers,
-    and each thread runs one call per 8 of its probabilities, where consecutive keys per call
-    cost a shared-memory round trip per tile (15 layout conversions per kernel). With
+    and each thread runs one call per 8 of its probabilities (8 consecutive keys per call cost
+    a shared-memory round trip per tile instead: 15 layout conversions per kernel). With
     ``TRANSPOSED`` the key pair ``{j, j + 1}`` lies across two threads, which then both run the
     call (one per 4 probabilities, still no conversion).
 
