@@ -43,8 +43,8 @@ import triton
 import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
-                     dot_precision, interpreting, next_pow2, padded_headdim, score_args, scores_log2,
-                     softmax_step, tile_ranges)
+                     dot_precision, interpreting, next_pow2, padded_headdim, score_args,
+                     scores_log2, softmax_step, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
