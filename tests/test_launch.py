@@ -1,11 +1,16 @@
-"""TunedLaunch: the autotuner decides once per key; later calls launch its choice directly."""
+"""The host path of a call: TunedLaunch decides once per key and then launches its choice
+directly; a call without gradients skips the autograd Function; a flex call compiles its
+score_mod / mask_mod once."""
 
 from __future__ import annotations
 
 import torch
 import triton
 
-from flashtile.kernels.common import TunedLaunch
+import flashtile
+from flashtile import AttentionParams, autograd
+from flashtile.codegen import compiler
+from flashtile.kernels.common import TunedLaunch, mod_args
 
 
 class FakeTuner:
@@ -47,3 +52,62 @@ def test_tunes_once_per_key_then_launches_directly():
     assert grid == (3,) and args == (x, 7)
     assert kwargs["FLAG"] == 1 and kwargs["BLOCK"] == 16 and kwargs["num_warps"] == 4
     assert tuner.best_config.kwargs == {"BLOCK": 16}
+
+
+def _count_function_applies(monkeypatch) -> list:
+    calls = []
+    original = autograd.FlashAttnFunction.apply
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+    monkeypatch.setattr(autograd.FlashAttnFunction, "apply", counted)
+    return calls
+
+
+def test_forward_without_gradients_skips_the_autograd_function(monkeypatch):
+    calls = _count_function_applies(monkeypatch)
+    q, k, v = (torch.randn(1, 24, 2, 16) for _ in range(3))
+    with torch.no_grad():
+        plain = flashtile.flash_attn_func(q, k, v, causal=True)
+    assert calls == [] and plain.grad_fn is None
+    assert torch.equal(plain, flashtile.flash_attn_func(q, k, v, causal=True))   # no input grads
+    assert calls == []
+    leaf = q.clone().requires_grad_()
+    tracked = flashtile.flash_attn_func(leaf, k, v, causal=True)
+    assert calls == [1] and tracked.grad_fn is not None
+    assert torch.equal(tracked.detach(), plain)
+
+
+def test_a_mask_that_needs_a_gradient_still_goes_through_autograd(monkeypatch):
+    calls = _count_function_applies(monkeypatch)
+    q, k, v = (torch.randn(1, 2, 24, 16) for _ in range(3))
+    bias = torch.randn(1, 1, 24, 24, requires_grad=True)
+    out = flashtile.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    out.sum().backward()
+    assert calls == [1]
+    assert bias.grad is not None and bias.grad.abs().sum() > 0
+
+
+def test_mods_are_compiled_once_per_call(monkeypatch):
+    prints = []
+    original = compiler.fingerprint
+
+    def counted(fn):
+        prints.append(fn)
+        return original(fn)
+    monkeypatch.setattr(compiler, "fingerprint", counted)
+    scale = torch.tensor(0.5)
+    params = AttentionParams(softmax_scale=1.0, score_mod=lambda s, b, h, qi, ki: s * scale,
+                             mask_mod=lambda b, h, qi, ki: qi >= ki)
+    score, mask = compiler.compile_mods(params)
+    assert len(prints) == 2                       # score_mod and mask_mod, once each
+    assert compiler.compile_mods(params) == (score, mask)
+    forward = mod_args(params, torch.device("cpu"))
+    backward = mod_args(params, torch.device("cpu"), with_grad=True)
+    assert len(prints) == 2                       # the forward and backward reuse them
+    assert forward["SCORE_MOD"] is score.fn and backward["SCORE_MOD"] is score.fwd_grad_fn
+    assert forward["sm_args"][0].data_ptr() == scale.data_ptr()      # the captured tensor itself
+    # A new call (a new params object) fingerprints again: captured values may have changed.
+    compiler.compile_mods(params.with_(softmax_scale=2.0))
+    assert len(prints) == 4
