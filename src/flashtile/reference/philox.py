@@ -114,7 +114,7 @@ def philox_uniform(seed: int, counters: torch.Tensor) -> torch.Tensor:
     return folded.to(torch.float32) * scale
 
 
-POSITIONS_PER_CALL = 8         # positions served by one Philox call (4 words x two 16-bit halves)
+POSITIONS_PER_CALL = 8    # positions served by one Philox call (4 words x two 16-bit halves)
 
 
 def dropout_threshold(p: float) -> int:
