@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import flashtile
@@ -137,7 +138,24 @@ def dropout(res: dict) -> None:
     b, n, h, d = 2, 8192, 16, 128
     q, k, v = (torch.randn(b, n, h, d, device=DEV, dtype=BF16, requires_grad=True)
                for _ in range(3))
-    for mode in ("two-pass", "atomic"):
+    # What the other libraries pay for dropout on this machine (SDPA's flash backend is
+    # flash-attn 2: Philox 4x32-7, 8-bit uniforms); a backend that refuses dropout is skipped.
+    qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+    refs = (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION))
+    for name, backend in refs if os.environ.get("DIAG_DROPOUT_SDPA", "1") == "1" else ():
+        for p in (0.0, 0.1):
+            def sdpa(p=p, backend=backend):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(qt, kt, vt, dropout_p=p)
+            try:
+                fb_ms = bench(fwd_bwd(sdpa, qt, kt, vt))
+            except RuntimeError as exc:
+                print(f"dropout {name} p={p}: not run ({str(exc).splitlines()[0][:80]})")
+                continue
+            res[f"{name} p={p}"] = {"fwdbwd_ms": fb_ms}
+            print(f"dropout {name:10s} p={p}: fwd+bwd {fb_ms:.3f} ms")
+    modes = os.environ.get("DIAG_DROPOUT_MODES", "two-pass,atomic").split(",")
+    for mode in modes:
         os.environ["FLASHTILE_BWD_DQ"] = mode
         for p in (0.0, 0.1):
             fwd = lambda p=p: flashtile.flash_attn_func(q, k, v, dropout_p=p)  # noqa: E731

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
-#   steps: env alltests diagnose tests smoke core headdims full long ledger sparse features quick
+#   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
@@ -35,6 +35,10 @@ for step in $STEPS; do
     alltests) # the whole suite on the GPU, in parallel processes (compiles dominate)
       FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest tests -q -rfE \
         -n ${TEST_PROCS:-12} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
+    pytest) # chosen test files and filter: PYTEST_ARGS="tests/a.py tests/b.py" PYTEST_K="dropout or rng"
+      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -rfE -p no:cacheprovider \
+        -n ${TEST_PROCS:-8} ${PYTEST_ARGS:-tests/test_kernels.py} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
+        | tee "$OUT/pytest.log" | tail -15 ;;
     tests)
       FLASHTILE_AUTOTUNE=0 python3 -m pytest tests/test_kernels.py -q -x -p no:cacheprovider --durations=5 2>&1 | tee "$OUT/tests.log" | tail -25 ;;
     smoke)  # one GPU pass over every fused feature (fp16/bf16), compile-light

@@ -147,14 +147,21 @@ def test_fusion_targets_from_fake_measurements():
 def test_sparse_decode_varlen_targets_from_fake_measurements():
     rec, z = _recorder()
     rec.add(_ok("sparse", "random 1.0", "flashtile", 10.0))
-    rec.add(_ok("sparse", "random 0.2", "flashtile", 2.5))
+    rec.add(_ok("sparse", "random 0.2", "flashtile", 3.5))
+    rec.add(_ok("sparse", "random 1.0", "flashtile-graph", 9.0))
+    rec.add(_ok("sparse", "random 0.2", "flashtile-graph", 2.6))
     rec.add(_ok("sparse", "causal", "flashtile", 4.0))
     rec.add(_ok("sparse", "causal", "torch-flex", 5.0))
     rec.add(_ok("sparse", "create_block_mask causal s128k", "flashtile", 123.0))
     t = _targets(rec, "sparse")
-    assert t["flashtile: time at density 0.2 / dense"].value == 0.25
-    assert t["flashtile: time at density 0.2 / dense"].status == "PASS"
+    # the target is on device time (graph replays); plain calls are reported beside it
+    assert t["flashtile-graph: time at density 0.2 / dense"].value == pytest.approx(2.6 / 9.0)
+    assert t["flashtile-graph: time at density 0.2 / dense"].status == "PASS"
+    assert t["flashtile-graph: time at density 0.2 / dense"].kind == "target"
+    assert t["flashtile: time at density 0.2 / dense"].value == 0.35
+    assert t["flashtile: time at density 0.2 / dense"].kind == "info"
     assert t["causal: flashtile speedup vs torch flex"].value == 1.25
+    assert t["causal: flashtile speedup vs torch flex (graphs)"].value is None
     assert t["create_block_mask causal s128k (ms, median)"].value == 123.0
 
     rec.add(_ok("decode", fb.COPY_ITEM, "torch", 1.0, gbps=4000.0))

@@ -33,21 +33,30 @@ def _offsets() -> torch.Tensor:
     return torch.cat([special, small, shifted, rand])
 
 
-# Runs in a fresh interpreter: TRITON_INTERPRET must be set before triton is imported, and
+# Runs in a fresh process: TRITON_INTERPRET must be set before triton is imported, and
 # another test module may already have imported triton in this process. @triton.jit needs the
-# kernel's source, so the script is written to a file rather than passed with -c.
+# kernel's source, so the script is written to a file rather than passed with -c. On the CPU
+# it runs under the interpreter; on a GPU it runs compiled (the inline-PTX multiplies of
+# ``philox4x32`` exist only there).
 _TRITON_SCRIPT = textwrap.dedent('''
     import sys
     import torch
     import triton
     import triton.language as tl
 
-    @triton.jit
-    def _rand_kernel(out_ptr, offsets_ptr, seed, N: tl.constexpr):
-        idx = tl.arange(0, N)
-        tl.store(out_ptr + idx, tl.rand(seed, tl.load(offsets_ptr + idx)))
+    from flashtile.kernels.common import dropout_keep, philox4x32
 
-    from flashtile.kernels.common import dropout_keep
+    @triton.jit
+    def _rand_kernel(out_ptr, words_ptr, offsets_ptr, seed, N: tl.constexpr):
+        idx = tl.arange(0, N)
+        offsets = tl.load(offsets_ptr + idx)
+        tl.store(out_ptr + idx, tl.rand(seed, offsets))
+        # flashtile's Philox against Triton's, all four words
+        ours = philox4x32(seed, offsets)
+        theirs = tl.randint4x(seed, offsets)
+        same = ((ours[0] == theirs[0]) & (ours[1] == theirs[1]) & (ours[2] == theirs[2])
+                & (ours[3] == theirs[3]))
+        tl.store(words_ptr + idx, same.to(tl.int8))
 
     @triton.jit
     def _keep_kernel(out_ptr, seed, rng_offset, row_base, seqlen_k, dropout_p,
@@ -55,48 +64,58 @@ _TRITON_SCRIPT = textwrap.dedent('''
         start_m = tl.program_id(0) * BLOCK_M
         start_n = tl.program_id(1) * BLOCK_N
         keep = dropout_keep(seed, rng_offset, row_base + start_m // 2, start_n, seqlen_k,
-                            dropout_p, BLOCK_M, BLOCK_N, TRANSPOSED)
+                            dropout_p, BLOCK_M, BLOCK_N)
         rows = start_m + tl.arange(0, BLOCK_M)
         cols = start_n + tl.arange(0, BLOCK_N)
-        if TRANSPOSED:      # a (BLOCK_N, BLOCK_M) tile: keys down, queries across
+        if TRANSPOSED:      # as the dK/dV pass takes it: (BLOCK_N, BLOCK_M), keys down
             ptrs = out_ptr + rows[None, :] * 64 + cols[:, None]
+            tl.store(ptrs, tl.trans(keep).to(tl.int8))
         else:
             ptrs = out_ptr + rows[:, None] * 64 + cols[None, :]
-        tl.store(ptrs, keep.to(tl.int8))
+            tl.store(ptrs, keep.to(tl.int8))
 
-    offsets = torch.load(sys.argv[1])
-    seeds = [int(s) for s in sys.argv[3:]]
+    dev = sys.argv[3]
+    offsets = torch.load(sys.argv[1]).to(dev)
+    seeds = [int(s) for s in sys.argv[4:]]
     results = {}
     for seed in seeds:
-        out = torch.full(offsets.shape, float("nan"), dtype=torch.float32)
-        _rand_kernel[(1,)](out, offsets, seed, N=offsets.numel())
-        results[seed] = out
+        out = torch.full(offsets.shape, float("nan"), dtype=torch.float32, device=dev)
+        same = torch.full(offsets.shape, -1, dtype=torch.int8, device=dev)
+        _rand_kernel[(1,)](out, same, offsets, seed, N=offsets.numel())
+        results[seed] = out.cpu()
+        results[("words", seed)] = same.cpu()
     # dropout_keep: 32 queries x 64 keys of one head in 2 x 2 tiles of 16 x 32, both
     # orientations, p = 0.3 (19661 / 2**16). "small": head 5 of 8, 32 x 64 per head. "large":
     # head 3 of 4 at 2**20 x 2**20 per head, counters near 2**38 (int64 arithmetic in the kernel).
     for name, row_base, seqlen_k in (("small", 5 * 16, 64), ("large", 3 * 2**19, 2**20)):
         for transposed in (False, True):
-            keep = torch.full((32, 64), -1, dtype=torch.int8)
+            keep = torch.full((32, 64), -1, dtype=torch.int8, device=dev)
             _keep_kernel[(2, 2)](keep, 77, 2**33 + 9, row_base, seqlen_k, 19661 / 65536,
                                  BLOCK_M=16, BLOCK_N=32, TRANSPOSED=transposed)
-            results[(name, transposed)] = keep
+            results[(name, transposed)] = keep.cpu()
     torch.save(results, sys.argv[2])
 ''')
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
-def test_bitwise_equal_to_triton_tl_rand(tmp_path):
+@pytest.mark.parametrize("dev", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="compiled kernels need a GPU"))])
+def test_bitwise_equal_to_triton_tl_rand(tmp_path, dev):
     offsets = _offsets()
     assert offsets.dtype == torch.int64 and offsets.numel() == 1024
     script = tmp_path / "triton_rand.py"
     script.write_text(_TRITON_SCRIPT)
     torch.save(offsets, tmp_path / "offsets.pt")
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    env = dict(os.environ)
+    if dev == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    else:
+        env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.join(os.path.dirname(
         os.path.dirname(os.path.abspath(__file__))), "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "offsets.pt"),
-                           str(tmp_path / "out.pt"), *map(str, SEEDS)],
-                          env=env, capture_output=True, text=True, timeout=120)
+                           str(tmp_path / "out.pt"), dev, *map(str, SEEDS)],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = torch.load(tmp_path / "out.pt")
     for seed in SEEDS:
@@ -105,6 +124,8 @@ def test_bitwise_equal_to_triton_tl_rand(tmp_path):
         differ = ours.view(torch.int32) != theirs.view(torch.int32)
         assert not differ.any(), (f"seed {seed}: {int(differ.sum())} of {offsets.numel()} differ, "
                                   f"first at counter {int(offsets[differ][0])}")
+        assert torch.equal(results[("words", seed)], torch.ones_like(results[("words", seed)])), \
+            f"seed {seed}: philox4x32 differs from tl.randint4x"
     # The kernels' dropout_keep against the replica, position by position, in both orientations.
     params = AttentionParams(softmax_scale=1.0, dropout_p=19661 / 65536, seed=77, offset=2**33 + 9)
     rows, cols = torch.arange(32)[:, None], torch.arange(64)[None, :]

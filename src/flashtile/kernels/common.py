@@ -432,12 +432,63 @@ def _halves16(w):
     return tl.join(w & 0xFFFF, w >> 16)
 
 
+def _mul_wide_asm(m: int) -> str:
+    """Inline PTX: ``$0, $1`` = high, low 32 bits of ``$2 * m`` (one 64-bit product)."""
+    return f"{{ .reg .b64 t; mul.wide.u32 t, $2, {m:#x}; mov.b64 {{$1, $0}}, t; }}"
+
+
+# Philox 4x32-10 (Salmon et al., SC'11): round multipliers, the key's Weyl increments, rounds.
+# The multiplies run as inline PTX on the GPU (``_mulhilo``); the interpreter has no PTX.
+PHILOX_M_A, PHILOX_M_B = 0xD2511F53, 0xCD9E8D57
+PHILOX_M_A_K, PHILOX_M_B_K = tl.constexpr(PHILOX_M_A), tl.constexpr(PHILOX_M_B)
+PHILOX_MUL_A_ASM = tl.constexpr(_mul_wide_asm(PHILOX_M_A))
+PHILOX_MUL_B_ASM = tl.constexpr(_mul_wide_asm(PHILOX_M_B))
+PHILOX_KEY_A_K, PHILOX_KEY_B_K = tl.constexpr(0x9E3779B9), tl.constexpr(0xBB67AE85)
+PHILOX_ROUNDS_K = tl.constexpr(10)
+INTERPRET_K = tl.constexpr(interpreter_enabled())
+
+
+@triton.jit
+def _mulhilo(c, ASM: tl.constexpr, M: tl.constexpr):
+    """(high, low) 32-bit halves of ``c * M`` (``c``: uint32 tensor). ``umulhi`` and ``*``
+    compile to two multiplies (``IMAD.HI`` + ``IMAD``); ``mul.wide.u32`` is one
+    (``IMAD.WIDE.U32``), and with dropout the kernels are bound by those multiplies."""
+    if INTERPRET_K:
+        return tl.umulhi(c, M), c * M
+    else:
+        return tl.inline_asm_elementwise(ASM, "=r,=r,r", [c], dtype=(tl.uint32, tl.uint32),
+                                         is_pure=True, pack=1)
+
+
+@triton.jit
+def philox4x32(seed, counters):
+    """``tl.randint4x(seed, counters)`` bit for bit: Philox 4x32-10 of the counter
+    ``(low 32 bits, high 32 bits, 0, 0)`` under the key ``(seed low, seed high)``, four uint32
+    tensors shaped like ``counters`` (int64). Half the multiply instructions of Triton's own
+    (see :func:`_mulhilo`); the first round's zero words are folded by hand, since inline
+    PTX is opaque to constant folding."""
+    seed = seed.to(tl.uint64)
+    k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
+    k1 = (seed >> 32).to(tl.uint32)
+    c0 = counters.to(tl.uint32)
+    c1 = (counters >> 32).to(tl.uint32)
+    # Round 1 with c2 = c3 = 0: (hi(B c2) ^ c1 ^ k0, B c2, hi(A c0) ^ c3 ^ k1, A c0).
+    hi_a, lo_a = _mulhilo(c0, PHILOX_MUL_A_ASM, PHILOX_M_A_K)
+    c0, c1, c2, c3 = c1 ^ k0, c1 * 0, hi_a ^ k1, lo_a
+    for _ in tl.static_range(PHILOX_ROUNDS_K - 1):
+        k0 = tl.add(k0, PHILOX_KEY_A_K, sanitize_overflow=False)
+        k1 = tl.add(k1, PHILOX_KEY_B_K, sanitize_overflow=False)
+        hi_a, lo_a = _mulhilo(c0, PHILOX_MUL_A_ASM, PHILOX_M_A_K)
+        hi_b, lo_b = _mulhilo(c2, PHILOX_MUL_B_ASM, PHILOX_M_B_K)
+        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
+    return c0, c1, c2, c3
+
+
 @triton.jit
 def dropout_keep(seed, rng_offset, row_group, start_n, seqlen_k, dropout_p,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """Bool tile, True where dropout keeps the probability of (query ``start_m + i``, key
-    ``start_n + j``): ``(BLOCK_M, BLOCK_N)``, or ``(BLOCK_N, BLOCK_M)`` with ``TRANSPOSED``
-    (the dK/dV pass's ``S^T`` tiles). ``row_group``: the tile's first query row group,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Bool ``(BLOCK_M, BLOCK_N)`` tile, True where dropout keeps the probability of (query
+    ``start_m + i``, key ``start_n + j``). ``row_group``: the tile's first query row group,
     ``row_base + start_m // 2`` with ``row_base`` from :func:`dropout_bases`.
 
     One Philox 4x32 call gives eight 16-bit uniforms, kept iff ``>= dropout_p * 2**16`` (an
@@ -446,9 +497,9 @@ def dropout_keep(seed, rng_offset, row_group, start_n, seqlen_k, dropout_p,
     register bits of Hopper's and Ampere's MMA accumulator layout (a thread holds rows r and
     r + 8 and, every 8 columns, a column pair). So the reshapes below only rename registers,
     and each thread runs one call per 8 of its probabilities (8 consecutive keys per call cost
-    a shared-memory round trip per tile instead: 15 layout conversions per kernel). With
-    ``TRANSPOSED`` the key pair ``{j, j + 1}`` lies across two threads, which then both run the
-    call (one per 4 probabilities, still no conversion).
+    a shared-memory round trip per tile instead: 15 layout conversions per kernel). The dK/dV
+    pass, on ``S^T`` tiles, transposes this tile: drawn directly in that orientation, the key
+    pair ``{j, j + 1}`` lies across two threads, which would both run the call.
 
     Counter of the call for query row group ``g_q`` and key group ``g_k`` (query
     ``i -> (i // 16) * 8 + i % 8``, key ``j -> (j // 16) * 4 + (j // 2) % 4``):
@@ -460,26 +511,13 @@ def dropout_keep(seed, rng_offset, row_group, start_n, seqlen_k, dropout_p,
     key_groups = tl.cdiv(seqlen_k, 16) * 4
     base = rng_offset + tl.cast(row_group, tl.int64) * key_groups + start_n // 4
     gm = tl.arange(0, BLOCK_M // 2)
-    if TRANSPOSED:
-        # Rows: keys without bit 3; each key pair shares its call (the two threads holding it
-        # both run it) and takes half ``j % 2`` of each word.
-        kn = tl.arange(0, BLOCK_N // 2)
-        counters = base + (gm[None, :] * key_groups + kn[:, None] // 2)  # (BLOCK_N/2, BLOCK_M/2)
-        w0, w1, w2, w3 = tl.randint4x(seed, counters)
-        shift = (kn[:, None] % 2) * 16
-        # (..., key bit 3, query bit 3): word 2 * q3 + k3
-        u = tl.join(tl.join(w0 >> shift, w1 >> shift), tl.join(w2 >> shift, w3 >> shift))
-        u = tl.reshape(u & 0xFFFF, (BLOCK_N // 16, 8, BLOCK_M // 16, 8, 2, 2))
-        u = tl.reshape(tl.permute(u, (0, 4, 1, 2, 5, 3)), (BLOCK_N, BLOCK_M))
-    else:
-        gn = tl.arange(0, BLOCK_N // 4)
-        counters = base + (gm[:, None] * key_groups + gn[None, :])      # (BLOCK_M/2, BLOCK_N/4)
-        w0, w1, w2, w3 = tl.randint4x(seed, counters)
-        # (..., key bit 0, key bit 3, query bit 3): word 2 * q3 + k3, half k0
-        u = tl.join(tl.join(_halves16(w0), _halves16(w1)),
-                    tl.join(_halves16(w2), _halves16(w3)))
-        u = tl.reshape(u, (BLOCK_M // 16, 8, BLOCK_N // 16, 4, 2, 2, 2))
-        u = tl.reshape(tl.permute(u, (0, 6, 1, 2, 5, 3, 4)), (BLOCK_M, BLOCK_N))
+    gn = tl.arange(0, BLOCK_N // 4)
+    counters = base + (gm[:, None] * key_groups + gn[None, :])          # (BLOCK_M/2, BLOCK_N/4)
+    w0, w1, w2, w3 = philox4x32(seed, counters)
+    # (..., key bit 0, key bit 3, query bit 3): word 2 * q3 + k3, half k0
+    u = tl.join(tl.join(_halves16(w0), _halves16(w1)), tl.join(_halves16(w2), _halves16(w3)))
+    u = tl.reshape(u, (BLOCK_M // 16, 8, BLOCK_N // 16, 4, 2, 2, 2))
+    u = tl.reshape(tl.permute(u, (0, 6, 1, 2, 5, 3, 4)), (BLOCK_M, BLOCK_N))
     return u >= tl.cast(dropout_p * DROPOUT_UNIT_K, tl.uint32)
 
 

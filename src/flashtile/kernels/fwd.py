@@ -98,7 +98,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
             p = tl.where(dropout_keep(seed, rng_offset, row_base, start_n, seqlen_k, dropout_p,
-                                      offs_m.shape[0], BLOCK_N, False), p, 0.0)
+                                      offs_m.shape[0], BLOCK_N), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
         m_i = m_new
     return acc, l_i, m_i
