@@ -467,7 +467,7 @@ def philox4x32(seed, counters):
     tensors shaped like ``counters`` (int64). Half the multiply instructions of Triton's own
     (see :func:`_mulhilo`); the first round's zero words are folded by hand, since inline
     PTX is opaque to constant folding."""
-    seed = seed.to(tl.uint64)
+    seed = tl.cast(seed, tl.uint64)     # a launch may pass 1 as a specialised constant
     k0 = (seed & 0xFFFFFFFF).to(tl.uint32)
     k1 = (seed >> 32).to(tl.uint32)
     c0 = counters.to(tl.uint32)
