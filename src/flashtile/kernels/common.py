@@ -452,7 +452,8 @@ INTERPRET_K = tl.constexpr(interpreter_enabled())
 def _mulhilo(c, ASM: tl.constexpr, M: tl.constexpr):
     """(high, low) 32-bit halves of ``c * M`` (``c``: uint32 tensor). ``umulhi`` and ``*``
     compile to two multiplies (``IMAD.HI`` + ``IMAD``); ``mul.wide.u32`` is one
-    (``IMAD.WIDE.U32``), and with dropout the kernels are bound by those multiplies."""
+    (``IMAD.WIDE.U32``). With dropout the kernels are limited by this integer work (H200,
+    d=128, s8k: forward 3.42 -> 3.25 ms, dQ 3.77 -> 3.32 ms)."""
     if INTERPRET_K:
         return tl.umulhi(c, M), c * M
     else:

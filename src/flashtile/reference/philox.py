@@ -4,7 +4,8 @@ Dropout never stores its mask. Each (batch, head, query, key) position maps to a
 (shared by 8 positions, below); the Philox 4x32-10 block cipher turns ``(seed, counter)`` into
 random words, and the position is kept iff its uniform is ``>= dropout_p``. The backward (and the
 torch path, and the tests) regenerate the same mask from ``(seed, offset)`` alone. The Triton
-kernels call ``tl.randint4x(seed, counter)``; this module computes the same bits with torch
+kernels call ``philox4x32(seed, counter)`` (``flashtile.kernels.common``: ``tl.randint4x`` bit
+for bit, with fewer multiply instructions); this module computes the same bits with torch
 integer ops, so the torch path and the kernels drop exactly the same positions.
 
 Notation (Triton's ``triton/language/random.py``, which this mirrors):
@@ -154,8 +155,8 @@ def dropout_counters(params: AttentionParams, batch_idx, head_idx, q_idx, kv_idx
 
 def dropout_uniform16(seed: int, counters: torch.Tensor, q_idx, kv_idx) -> torch.Tensor:
     """The 16-bit uniform of each position (int64 in ``[0, 2**16)``): half ``j % 2`` of word
-    ``2 * (i // 8 % 2) + j // 8 % 2`` of ``philox(seed, counter)``, bitwise as
-    ``tl.randint4x`` in the kernels."""
+    ``2 * (i // 8 % 2) + j // 8 % 2`` of ``philox(seed, counter)``, bitwise as the kernels'
+    ``philox4x32`` (and ``tl.randint4x``)."""
     counters = counters.to(torch.int64)
     lo = counters & _MASK32
     hi = (counters >> 32) & _MASK32
