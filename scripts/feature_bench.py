@@ -12,8 +12,10 @@ Parts (``--part``, comma separated, or ``all``):
 - ``sparse`` (issue 4), b=16, h=8, seqlen 4k, d=64, bf16, forward+backward: flashtile
   ``flex_attention`` + ``flashtile.create_block_mask`` vs torch's compiled ``flex_attention`` +
   torch's ``create_block_mask`` on random block layouts (density 1.0/0.6/0.4/0.2; target:
-  0.2 <= 0.3x the dense time), causal, sliding window 1024 and a document mask (goal: faster than
-  torch on each); ``flashtile.create_block_mask`` time at seqlen 131072 (causal) on the GPU.
+  0.2 <= 0.3x the dense time, on device time), causal, sliding window 1024 and a document mask
+  (goal: faster than torch on each); each fwd+bwd is timed as plain calls and as CUDA-graph
+  replays (``<provider>-graph``: device time, without the host's per-call work);
+  ``flashtile.create_block_mask`` time at seqlen 131072 (causal) on the GPU.
 - ``decode`` (issue 5): ``flashtile.kvcache.decode_bandwidth`` at (batch, cache_len) = (1, 32k),
   (8, 8k), (32, 8k), (64, 4k), (8, 128k), hq/hkv = 32/8, d=128, bf16, contiguous and paged
   (page 256), plain calls and CUDA-graph replays; targets: >= 85% of the 2 GiB device-to-device
