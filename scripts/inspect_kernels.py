@@ -182,10 +182,9 @@ def main() -> int:
         params = params.with_(attn_bias=torch.randn(1, 1, args.seqlen, args.seqlen, dtype=dtype),
                               bottom_right=False)
     if args.sparse:
-        from dataclasses import replace
         nb = -(-args.seqlen // 128)
         layout = flashtile.masks.random_block_layout(nb, nb, args.sparse, seed=0)
-        params = replace(params, block_mask=flashtile.BlockMask.from_layout(
+        params = params.with_(block_mask=flashtile.BlockMask.from_layout(
             layout, args.seqlen, args.seqlen, BLOCK_SIZE=128))
     out, lse = torch.empty_like(q), torch.empty(1, heads, args.seqlen)
     fwd.forward(q, k, v, params)

@@ -100,11 +100,11 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, dq_base, LSE_row, D_row, stride_q
     ``dV += P^T dO`` and ``dK += dS^T Q`` take the register tile as the left operand as it is,
     instead of transposing a probability tile through shared memory twice per step."""
     cols = offs_n[:, None]
-    for t in range(start, stop):
+    for tile in range(start, stop):
         # The list entry is read in the iteration itself here, not one ahead as in the forward
         # and dQ loops: on the H200 the look-ahead made this loop slower (block mask of density
         # 1.0, d=64: 3.53 ms vs 3.32 ms), while it sped the other two up (docs/perf.md).
-        start_m = tile_start(t, stop, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED)
+        start_m = tile_start(tile, stop, idx_ptr, BLOCK_M, LIST_BLOCK, INDEXED)
         offs_m = start_m + tl.arange(0, BLOCK_M)
         rows = offs_m[None, :]
         q = load_tile(q_base, offs_m, stride_qs, offs_d, seqlen_q, head_d, True, EVEN_D)
@@ -313,11 +313,11 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
     """Accumulate into ``dq`` the key tiles number ``[start, stop)`` (:func:`tile_start`)."""
     rows = offs_m[:, None]
     listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
-    for t in range(start, stop):
-        start_n = t * BLOCK_N
+    for tile in range(start, stop):
+        start_n = tile * BLOCK_N
         if INDEXED:
             start_n = listed
-            listed = next_tile_start(t, listed, stop, idx_ptr, BLOCK_N, LIST_BLOCK)
+            listed = next_tile_start(tile, listed, stop, idx_ptr, BLOCK_N, LIST_BLOCK)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)

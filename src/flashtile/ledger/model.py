@@ -207,10 +207,10 @@ class TileConfig:
     Forward: a grid over query blocks of ``fwd_block_m`` rows; each program streams every
     visible K/V tile of ``fwd_block_n`` rows and writes O and LSE once.
 
-    Backward, ``backward="atomic"`` (flashtile with ``FLASHTILE_BWD_DQ=atomic``, flash-attn 2 style): one pass over KV
-    blocks as the dK/dV pass below that also adds each tile's dQ share into a float32 buffer with
-    atomic adds (one fewer recomputation, more dQ traffic), plus the zero-fill and the float32 ->
-    dtype conversion of that buffer.
+    Backward, ``backward="atomic"`` (flashtile with ``FLASHTILE_BWD_DQ=atomic``, flash-attn 2
+    style): one pass over KV blocks as the dK/dV pass below that also adds each tile's dQ share
+    into a float32 buffer with atomic adds (one fewer recomputation, more dQ traffic), plus the
+    zero-fill and the float32 -> dtype conversion of that buffer.
 
     ``backward="two-pass"`` (flashtile's default, no atomics):
 
