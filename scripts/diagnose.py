@@ -5,10 +5,19 @@ Three experiments, each printing a table and adding to one JSON:
 - ``sparse``: the same work (b16 h8 4k d64, bf16, fwd+bwd) through ``flash_attn_func`` (dense),
   ``flex_attention`` without a block mask, with a full block mask and with a 20% random one;
   the time of every kernel (torch profiler) so the block-sparse path's extra cost is located.
-- ``decode``: CUDA-graph time of ``flash_attn_with_kvcache`` for each split count at the issue's
-  decoding points, against SDPA, and the config the autotuner chose.
+- ``decode``: CUDA-graph time (cold, clean L2) of ``flash_attn_with_kvcache`` for each split
+  count at the issue's decoding points, against SDPA, and the config the autotuner chose.
 - ``dropout``: forward and forward+backward with and without dropout (both dQ strategies),
   per kernel.
+- ``decode_flush``: what the L2 flush between timed calls does to a ~50 us decode. do_bench
+  flushes by *writing* 256 MB (``zero_()``), which leaves up to the L2's 60 MB dirty; the next
+  timed call pays their write-back. Each decode point is timed after that flush, after a
+  *read* flush (clean lines, evicted for free) and with no flush, next to SDPA and a plain
+  read of the same K/V bytes (the ceiling any decode kernel has), with the kernel times.
+- ``varlen``: the feature bench's packed batch (16k tokens, lengths 256..4096, h16 d128)
+  fwd+bwd against fixed-length batches of the same token count at the longest length
+  (4 x 4096, the bench's comparison) and at the mean length, and against each sequence run as
+  its own fixed-length call (the sum: what a perfect varlen kernel could at best reach).
 
     python3 scripts/diagnose.py [--what sparse,decode,dropout] [--out DIR]
 """
@@ -18,17 +27,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import flashtile
 from flashtile import masks
+from flashtile.bench.timing import cold_clean_ms
 
 DEV = "cuda"
 BF16 = torch.bfloat16
@@ -104,21 +118,12 @@ def decode(res: dict) -> None:
             vc.transpose(1, 2).contiguous()
 
         def graph_ms(fn):
-            fn()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            return bench(g.replay)
+            return cold_clean_ms(captured(fn))
 
         sdpa = graph_ms(lambda: F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True))
         auto = dec.resolve_num_splits(0, batch, hkv, hq // hkv, n, q.device)
         row = {"sdpa_ms": sdpa, "auto_splits": auto, "splits": {}}
-        for s in sorted({1, 2, 4, 8, 16, 24, 32, 33, 48, 64, 96, 128, auto}):
+        for s in sorted({1, 2, 4, 8, 12, 16, 24, 32, 48, 64, auto}):
             if s > 1 and batch * hkv * s > 8 * 264:
                 continue
             t = graph_ms(lambda s=s: flashtile.flash_attn_with_kvcache(
@@ -132,6 +137,151 @@ def decode(res: dict) -> None:
               f"{gbps[auto]:,.0f}; best {best} splits {gbps[best]:,.0f}; " +
               " ".join(f"{s}:{g:,.0f}" for s, g in gbps.items()))
         torch.cuda.empty_cache()
+
+
+@triton.jit
+def _read_kernel(A, B, SUMS, n_a, n, BLOCK: tl.constexpr):
+    """Read ``A`` then ``B`` (flat, ``n_a`` and ``n - n_a`` elements) once; one partial sum per
+    program so nothing is optimised away."""
+    pid = tl.program_id(0)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    in_a = offs < n_a
+    a = tl.load(A + offs, mask=in_a, other=0.0)
+    b = tl.load(B + (offs - n_a), mask=(offs >= n_a) & (offs < n), other=0.0)
+    tl.store(SUMS + pid, tl.sum(a.to(tl.float32) + b.to(tl.float32), 0))
+
+
+def read_both(a: torch.Tensor, b: torch.Tensor):
+    """A launcher that reads every byte of ``a`` and ``b`` once (the read-bandwidth ceiling)."""
+    n_a, n = a.numel(), a.numel() + b.numel()
+    block = 8192
+    sums = torch.empty(triton.cdiv(n, block), device=a.device, dtype=torch.float32)
+    return lambda: _read_kernel[(triton.cdiv(n, block),)](a, b, sums, n_a, n, BLOCK=block,
+                                                           num_warps=8)
+
+
+def timed_us(fn, flush, reps: int = 200) -> float:
+    """Median microseconds of ``fn`` between CUDA events, ``flush()`` before each call."""
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for _ in range(5):
+        flush()
+        fn()
+    for i in range(reps):
+        flush()
+        start[i].record()
+        fn()
+        end[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(start, end)) * 1e3
+
+
+def captured(fn):
+    """``fn`` captured in a CUDA graph; returns the replay."""
+    fn()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def decode_flush(res: dict) -> None:
+    hq, hkv, d = 32, 8, 128
+    junk = torch.empty(512 << 20, dtype=torch.int8, device=DEV).random_()
+    flushes = {
+        "write 256MB (do_bench)": lambda: junk[:256 << 20].zero_(),
+        "read 512MB": lambda: junk.sum(dtype=torch.int32),
+        "none": lambda: None,
+    }
+    res["copy_gbps"] = _copy_gbps(flushes["read 512MB"])
+    print(f"copy 2 GiB: {res['copy_gbps']:,.0f} GB/s (read + write)")
+    for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
+        res[f"b{batch} L{n}"] = _decode_flush_point(batch, n, hq, hkv, d, flushes)
+        torch.cuda.empty_cache()
+
+
+def _copy_gbps(flush) -> float:
+    src = torch.empty(1 << 30, dtype=torch.bfloat16, device=DEV).normal_()
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * 2 / timed_us(lambda: dst.copy_(src), flush, reps=20) / 1e3
+
+
+def _decode_flush_point(batch, n, hq, hkv, d, flushes) -> dict:
+    q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
+    kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
+    vc = torch.randn_like(kc)
+    lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
+    nbytes = 2 * kc.numel() * kc.element_size()
+    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, kc, vc))
+    calls = {
+        "flashtile": captured(lambda: flashtile.flash_attn_with_kvcache(
+            q, kc, vc, cache_seqlens=lens)),
+        "sdpa_gqa": captured(lambda: F.scaled_dot_product_attention(qs, ks, vs,
+                                                                    enable_gqa=True)),
+        "read K+V": captured(read_both(kc, vc)),
+    }
+    row = {}
+    for fname, flush in flushes.items():
+        for name, fn in calls.items():
+            us = timed_us(fn, flush)
+            row[f"{name} | {fname}"] = {"us": us, "gbps": nbytes / us / 1e3}
+    row["kernels_us"] = kernel_times(calls["flashtile"], reps=20)
+    print(f"decode b{batch} L{n} ({nbytes / 1e6:.0f} MB), GB/s: " + "; ".join(
+        f"{k_} {v['gbps']:,.0f}" for k_, v in row.items() if k_ != "kernels_us"))
+    print("   kernels (us): " + ", ".join(f"{k_[:30]} {t:.1f}"
+                                          for k_, t in row["kernels_us"].items()))
+    return row
+
+
+def varlen(res: dict) -> None:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "feature_bench", Path(__file__).with_name("feature_bench.py"))
+    fb = importlib.util.module_from_spec(spec)
+    sys.modules["feature_bench"] = fb              # its dataclasses look their module up
+    spec.loader.exec_module(fb)
+    h, d, total = 16, 128, 16384
+    lengths = fb.mixed_lengths(total, 256, 4096, 0)
+    mean = round(total / len(lengths))
+    res["lengths"] = lengths
+    print(f"varlen: {len(lengths)} sequences {lengths}, mean {mean}")
+    for causal in (False, True):
+        q, k, v = (torch.randn(total, h, d, device=DEV, dtype=BF16, requires_grad=True)
+                   for _ in range(3))
+        cu = torch.tensor(fb.cu_seqlens(lengths), dtype=torch.int32, device=DEV)
+        packed = fwd_bwd(lambda: flashtile.flash_attn_varlen_func(
+            q, k, v, cu, cu, max(lengths), max(lengths), causal=causal), q, k, v)
+        flops = fb.varlen_flops(lengths, h, d, causal)
+        row = {"packed": {"ms": bench(packed), "kernels_us": kernel_times(packed)}}
+        row["packed"]["tflops"] = flops / row["packed"]["ms"] / 1e9
+        for name, (b, n) in {"fixed 4x4096": (4, 4096),
+                             f"fixed {total // mean}x{mean}": (total // mean, mean)}.items():
+            qf, kf, vf = (torch.randn(b, n, h, d, device=DEV, dtype=BF16, requires_grad=True)
+                          for _ in range(3))
+            step = fwd_bwd(lambda: flashtile.flash_attn_func(qf, kf, vf, causal=causal),
+                           qf, kf, vf)
+            ms = bench(step)
+            fl = fb.attn_flops(b, h, n, n, d, causal)
+            row[name] = {"ms": ms, "tflops": fl / ms / 1e9, "kernels_us": kernel_times(step)}
+        one_ms = 0.0
+        for n in lengths:
+            qf, kf, vf = (torch.randn(1, n, h, d, device=DEV, dtype=BF16, requires_grad=True)
+                          for _ in range(3))
+            one_ms += bench(fwd_bwd(lambda: flashtile.flash_attn_func(qf, kf, vf, causal=causal),
+                                    qf, kf, vf))
+        row["each sequence alone (sum)"] = {"ms": one_ms, "tflops": flops / one_ms / 1e9}
+        res["causal" if causal else "full"] = row
+        print(f"varlen {'causal' if causal else 'full'}: " + "; ".join(
+            f"{k_} {v_['ms']:.3f} ms {v_['tflops']:.0f} TFLOP/s" for k_, v_ in row.items()))
+        for k_, v_ in row.items():
+            if "kernels_us" in v_:
+                print(f"   {k_}: " + ", ".join(f"{n_[:26]} {t:.0f}"
+                                              for n_, t in list(v_["kernels_us"].items())[:4]))
 
 
 def dropout(res: dict) -> None:

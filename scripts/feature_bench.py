@@ -29,7 +29,10 @@ of the very inputs it is timed on (batch 0 / head 0 and the last batch / last he
 sequence positions, so forward and gradients are exact for the slice):
 ``err <= 2 * err(attention_reference in the same dtype) + floor`` (the test suite's rule, floors
 4x for dQ/dK). A provider that fails is reported WRONG and not timed; one that raises is
-reported ``error: ...``; nothing stops the run. Time = median of ``triton.testing.do_bench``;
+reported ``error: ...``; nothing stops the run. Time = median of ``triton.testing.do_bench``
+(decoding: median with a cold, clean L2, ``flashtile.bench.timing.cold_clean_ms``, because
+do_bench's write flush charges ~15 us of dirty-line write-back to a ~40 us call; the do_bench
+figure is kept in each decode row's config as ``gbps_dobench``);
 FLOPs as flash-attention counts them (DESIGN.md): fwd ``4*b*h*sq*sk*d``, halved when causal,
 fwd+bwd 3.5x fwd. Ratios compare providers measured in the same run.
 
@@ -1418,6 +1421,8 @@ def decode_case(r: Runner, batch: int, n: int, paged: bool, bandwidth: Callable,
 def _record_decode(r: Runner, item, prov, res, check, config, copy_gbps) -> None:
     err = (res.get("errors") or {}).get(prov)
     ms, gbps = res["ms"].get(prov), res["gbps"].get(prov)
+    # the same call timed by do_bench (its write flush adds the L2's dirty write-back): info
+    config = dict(config, gbps_dobench=(res.get("gbps_dobench") or {}).get(prov))
     if check is not None and not check["ok"]:
         status, ms, gbps, note = "WRONG", None, None, check.get("reason", "")[:200]
     elif err or ms is None:
@@ -1558,7 +1563,8 @@ def build_meta(args, sizes: Sizes, device: torch.device) -> dict:
             "flashtile_autotune": os.environ.get("FLASHTILE_AUTOTUNE"),
             "quick": args.quick, "cpu_smoke": args.cpu_smoke, "sizes": asdict(sizes),
             "flop_convention": "fwd 4*b*h*sq*sk*d, halved when causal; fwd+bwd 3.5x fwd; "
-                               "time = median of triton.testing.do_bench",
+                               "time = median of triton.testing.do_bench (decode: "
+                               "cold_clean_ms, a read flush before each call)",
             "check_rule": "err <= 2*err(attention_reference in the same dtype) + floor "
                           "(floor x4 for dq/dk), on the first and last (batch, head) slice",
             "anchors_other_run": ANCHORS}

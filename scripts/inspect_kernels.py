@@ -127,7 +127,7 @@ def inspect_decode(args, dtype, sink) -> int:
         kc = torch.randn(b, cache, hkv, args.d, dtype=dtype)
     try:
         flashtile.flash_attn_with_kvcache(q, kc, torch.randn_like(kc), cache_seqlens=lens,
-                                          num_splits=1, **kwargs)
+                                          num_splits=args.decode_splits, **kwargs)
     except Exception as e:                                   # noqa: BLE001
         if not sink:
             raise
@@ -155,6 +155,8 @@ def main() -> int:
     p.add_argument("--decode", choices=("contiguous", "paged"),
                    help="compile the KV-cache decoding kernel instead (q_len 1, hq/hkv 32/8)")
     p.add_argument("--decode-config", default="64,4,3", help="BLOCK_N,warps,stages")
+    p.add_argument("--decode-splits", type=int, default=1,
+                   help="num_splits (> 1: the kernel writes partials for the combine kernel)")
     p.add_argument("--page", type=int, default=256)
     p.add_argument("--dump", type=Path)
     args = p.parse_args()

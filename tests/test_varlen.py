@@ -119,6 +119,32 @@ def test_varlen_max_seqlen_too_small():
         flash_attn_varlen_func(q, q, q, cu, _cu([10, 10]), 10, 10)
 
 
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_cu_seqlens_read_once_per_version(backend, monkeypatch):
+    """The Triton path reads cu_seqlens on the host (a wait on the device) once per tensor
+    object and version: the layers of a step reuse the values; an in-place write is seen and
+    checked; a new tensor with other values is read again. (The torch path reads it itself.)"""
+    from flashtile import _validate
+
+    q = torch.randn(20, 2, 16, device=DEVICE, dtype=DTYPE)
+    cu, other, single = _cu([10, 5, 5]), _cu([4, 16]), _cu([4])
+    reads = []
+    real = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t.numel()) or real(t))
+    first = flash_attn_varlen_func(q, q, q, cu, cu, 10, 10)
+    assert reads == [4]                                  # cu_seqlens_q is cu_seqlens_k
+    again = flash_attn_varlen_func(q, q, q, cu, cu, 10, 10)
+    assert reads == [4] and torch.equal(first, again)
+    cu[1:3] = torch.tensor([12, 9], dtype=torch.int32)   # in place: bumps cu._version
+    with pytest.raises(ValueError, match="never decrease"):
+        flash_attn_varlen_func(q, q, q, cu, cu, 12, 12)
+    assert reads == [4, 4]
+    out = flash_attn_varlen_func(q, q, q, other, other, 16, 16)
+    assert reads == [4, 4, 3]
+    assert torch.equal(out[:4], flash_attn_varlen_func(q[:4], q[:4], q[:4], single, single, 4, 4))
+    assert len(_validate._HOST_VALUES) <= _validate.HOST_VALUES_KEPT
+
+
 # ----------------------------------------------------------------------------------------------
 # Paged K/V (block_table): a prefill over a paged cache, forward only.
 

@@ -4,6 +4,7 @@ expected, what came, and how to fix it, and is raised before anything is launche
 from __future__ import annotations
 
 import math
+import weakref
 from numbers import Real
 
 import numpy as np
@@ -129,11 +130,40 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
+_HOST_VALUES: dict[int, tuple] = {}
+HOST_VALUES_KEPT = 64
+
+
+def host_values(t: torch.Tensor) -> list:
+    """``t.tolist()``, read from the device once per tensor object and version.
+
+    Reading a CUDA tensor on the host waits for the device. Packed batches pass the same
+    ``cu_seqlens`` to every attention layer of a step, so only the first call of a step waits;
+    the others (and the bench's repeated calls) reuse the values. Any in-place write through
+    torch bumps ``t._version`` and is read again. (Inference tensors have no version counter:
+    read every time.)"""
+    try:
+        version = t._version
+    except RuntimeError:
+        return t.tolist()
+    hit = _HOST_VALUES.get(id(t))
+    if hit is not None and hit[0]() is t and hit[1] == version:
+        return hit[2]
+    values = t.tolist()
+    if len(_HOST_VALUES) >= HOST_VALUES_KEPT:                   # forget the dead, then the oldest
+        for key in [k for k, (ref, _, _) in _HOST_VALUES.items() if ref() is None]:
+            del _HOST_VALUES[key]
+        while len(_HOST_VALUES) >= HOST_VALUES_KEPT:
+            del _HOST_VALUES[next(iter(_HOST_VALUES))]
+    _HOST_VALUES[id(t)] = (weakref.ref(t), version, values)
+    return values
+
+
 def check_cu_seqlens(name: str, cu, total: int, device: torch.device, max_name: str,
                      max_seqlen) -> list[int]:
     """``cu_seqlens``: int32 ``(batch + 1,)`` on q's device, 0 first, non-decreasing, ``total``
     last (unless ``total`` is None: paged keys); ``max_seqlen`` an int at least the longest
-    sequence. Returns the lengths."""
+    sequence. Returns the lengths. The values come from :func:`host_values`."""
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be an int32 tensor of shape (batch + 1,), got "
                         f"{type(cu).__name__}")
@@ -144,7 +174,7 @@ def check_cu_seqlens(name: str, cu, total: int, device: torch.device, max_name: 
                          f"{tuple(cu.shape)}")
     if cu.device != device:
         raise ValueError(f"{name} must be on {device} like q, got {cu.device}")
-    values = cu.tolist()
+    values = host_values(cu)
     lengths = [b - a for a, b in zip(values, values[1:])]
     if values[0] != 0 or any(n < 0 for n in lengths):
         raise ValueError(f"{name} must start at 0 and never decrease, got {values[:8]}"

@@ -6,6 +6,7 @@ Nothing here touches pointers or autograd internals; each function checks its in
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -234,6 +235,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 def _heaviest_first(lengths_q: list[int], lengths_k: list[int], device) -> torch.Tensor:
     """Sequences by decreasing work (``len_q * len_k``; the lengths are already on the host):
     the kernels' grid starts the longest programs first, so they do not straggle at the end."""
+    return _sequence_order(tuple(lengths_q), tuple(lengths_k), torch.device(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _sequence_order(lengths_q: tuple, lengths_k: tuple, device: torch.device) -> torch.Tensor:
+    """:func:`_heaviest_first`'s tensor, made once per batch layout: building it copies from the
+    host, which waits for the device. Only the kernels read it."""
     order = sorted(range(len(lengths_q)), key=lambda b: -lengths_q[b] * lengths_k[b])
     return torch.tensor(order, dtype=torch.int32, device=device)
 
@@ -243,8 +251,8 @@ PAGED_VARLEN_PAGE = 128   # page sizes a multiple of this: a kernel tile never s
 
 def _check_paged_varlen(q, k, v, block_table, lengths_k) -> None:
     """``flash_attn_varlen_func`` with ``block_table``: shapes, page size, forward only, and
-    every page a sequence uses inside ``[0, num_blocks)``. Reads the table on the host (one
-    copy; varlen synchronises for ``cu_seqlens`` already)."""
+    every page a sequence uses inside ``[0, num_blocks)``. Reads the table on the host once
+    per tensor version (:func:`flashtile._validate.host_values`, as for ``cu_seqlens``)."""
     if not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32:
         raise TypeError("block_table must be an int32 tensor of shape (batch, max_blocks_per_seq), "
                         f"got {getattr(block_table, 'dtype', type(block_table).__name__)}")
@@ -267,8 +275,9 @@ def _check_paged_varlen(q, k, v, block_table, lengths_k) -> None:
             raise ValueError(f"sequence {b} has {n} keys but block_table holds "
                              f"{block_table.shape[1]} pages of {page} = {capacity} rows")
     ends = np.array(lengths_k, dtype=np.int64)
-    V.check_pages_in_range(block_table.cpu().numpy().astype(np.int64), np.zeros_like(ends), ends,
-                           page, num_blocks, "keys 0 .. cu_seqlens_k length")
+    V.check_pages_in_range(np.array(V.host_values(block_table), dtype=np.int64),
+                           np.zeros_like(ends), ends, page, num_blocks,
+                           "keys 0 .. cu_seqlens_k length")
 
 
 def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

@@ -10,6 +10,12 @@ includes accumulating into an old ``.grad``.
 
 On a GPU the time is the median of ``triton.testing.do_bench`` (which also flushes the L2 cache
 between calls); on CPU the median of ``time.perf_counter`` over repeats.
+
+:func:`cold_clean_ms` is for memory-bound calls of a few tens of microseconds (decoding):
+do_bench flushes the L2 by *writing* 256 MB, and the timed call then pays the write-back of the
+up to 60 MB of dirty lines (H200) that flush leaves, ~15 us at 4 TB/s. Measured on the H200
+(docs/perf.md, session 6): a plain read of 134 MB reaches 3,198 GB/s after that flush and
+3,935 GB/s after a read flush.
 """
 
 from __future__ import annotations
@@ -75,6 +81,27 @@ def median_ms(call: TimedCall, device: torch.device, warmup_ms: float, rep_ms: f
                                              grad_to_none=list(call.grad_to_none) or None,
                                              return_mode="median"))
     return _cpu_median_ms(call, warmup_ms, rep_ms)
+
+
+def cold_clean_ms(fn: Callable[[], object], reps: int = 100, warmup: int = 5,
+                  flush_bytes: int = 256 << 20) -> float:
+    """Median milliseconds of ``fn`` on a CUDA device, each call timed between events after the
+    L2 was flushed by *reading* ``flush_bytes`` (the L2 then holds only clean lines of the
+    flush buffer, evicted for free): a cold cache with no write-back charged to ``fn``."""
+    flush_buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    flush_buf.fill_(1)
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for _ in range(warmup):
+        flush_buf.sum()
+        fn()
+    for i in range(reps):
+        flush_buf.sum()
+        start[i].record()
+        fn()
+        end[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(start, end))
 
 
 def _cpu_median_ms(call: TimedCall, warmup_ms: float, rep_ms: float,
