@@ -102,7 +102,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q: ``(total_q, nheads, headdim)``; k: ``(total_k, nheads_k, headdim)``;
             v: ``(total_k, nheads_k, headdim_v)``.
         cu_seqlens_q, cu_seqlens_k: int32 ``(batch + 1,)``, starting at 0, non-decreasing,
-            ending at ``total_q``/``total_k``.
+            ending at ``total_q``/``total_k``. Checked on the host, read from the device once
+            per tensor and version (the layers of a step sharing them wait once; change them
+            with torch ops so that the change is seen).
         max_seqlen_q, max_seqlen_k: ints, at least the longest query/key sequence.
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic:
             as in :func:`flash_attn_func` (``alibi_slopes`` ``(nheads,)`` or ``(batch, nheads)``).
