@@ -42,7 +42,7 @@ from triton.testing import do_bench
 
 import flashtile
 from flashtile import masks
-from flashtile.bench.timing import cold_clean_ms
+from flashtile.bench.timing import capture_graph, cold_clean_ms
 
 DEV = "cuda"
 BF16 = torch.bfloat16
@@ -178,16 +178,7 @@ def timed_us(fn, flush, reps: int = 200) -> float:
 
 def captured(fn):
     """``fn`` captured in a CUDA graph; returns the replay."""
-    fn()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
+    return capture_graph(fn)[0].replay
 
 
 def decode_flush(res: dict) -> None:

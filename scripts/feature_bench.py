@@ -951,20 +951,14 @@ class Runner:
         expose whenever it exceeds the kernels' time. The replayed step is the one just
         checked; its gradients are compared with a plain call's once more, so a capture that
         froze anything host-side cannot pass."""
+        from flashtile.bench.timing import capture_graph
+
         name = f"{provider.name}-graph"
         try:
             def step():
                 out = provider.fn(*leaves)
                 return torch.autograd.grad(out, leaves, dout)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):                  # warm up off the capture (autotune, caches)
-                    step()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                captured = step()
+            g, captured = capture_graph(step, warmups=2)
             g.replay()
             plain = step()
             same = all(torch.equal(a, b) for a, b in zip(captured, plain))

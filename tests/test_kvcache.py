@@ -594,6 +594,8 @@ def test_gpu_decode_graph_replay():
     """Split decoding (split kernel + combine kernel) captured in a CUDA graph gives the eager
     answer replay after replay, also after new cache lengths are written between replays (the
     split count is fixed at capture, the lengths are read by the kernels)."""
+    from flashtile.bench.timing import capture_graph
+
     case = replace(GPU_CASES["b4-S4096-h32/8-d128-split0"], dtype=torch.bfloat16, seqlen_new=0,
                    num_splits=7)
     inp = make_inputs(case)
@@ -602,15 +604,7 @@ def test_gpu_decode_graph_replay():
     def call():
         return flash_attn_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **kwargs)
 
-    call()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = call()
+    graph, out = capture_graph(call)
     for lens in ([4000, 1, 2047, 3000], [17, 4096, 300, 2500]):
         inp.kwargs["cache_seqlens"].copy_(torch.tensor(lens, dtype=torch.int32))
         expect = call()

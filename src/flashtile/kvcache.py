@@ -542,7 +542,7 @@ def decode_bandwidth(batch: int, cache_len: int, hq: int = 32, hkv: int = 8, d: 
     import torch.nn.functional as F
     from triton.testing import do_bench
 
-    from .bench.timing import cold_clean_ms
+    from .bench.timing import capture_graph, cold_clean_ms
     from .kernels.decode import resolve_num_splits
 
     if not torch.cuda.is_available():
@@ -595,15 +595,7 @@ def decode_bandwidth(batch: int, cache_len: int, hq: int = 32, hkv: int = 8, d: 
                 torch.cuda.synchronize()
                 if cuda_graph:
                     with value_checks(False):
-                        graph = torch.cuda.CUDAGraph()
-                        stream = torch.cuda.Stream()
-                        stream.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(stream):
-                            fn()
-                        torch.cuda.current_stream().wait_stream(stream)
-                        with torch.cuda.graph(graph):
-                            fn()
-                    fn = graph.replay
+                        fn = capture_graph(fn)[0].replay
                 ms = cold_clean_ms(fn)
                 ms_dobench = do_bench(fn, return_mode="median")
             except Exception as err:  # pragma: no cover - a provider missing on this torch

@@ -84,6 +84,22 @@ def median_ms(call: TimedCall, device: torch.device, warmup_ms: float, rep_ms: f
     return _cpu_median_ms(call, warmup_ms, rep_ms)
 
 
+def capture_graph(fn: Callable[[], object], warmups: int = 1):
+    """``(graph, result)``: ``fn`` run ``warmups`` times on a side stream (compilation,
+    autotuning and allocator caches stay out of the capture), then captured in a CUDA graph.
+    ``result`` is what the captured call returned: each ``graph.replay()`` rewrites it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn()
+    return graph, result
+
+
 def cold_clean_ms(fn: Callable[[], object], reps: int = 100, warmup: int = 5,
                   flush_bytes: int = 256 << 20) -> float:
     """Median milliseconds of ``fn`` on a CUDA device, each call timed between events after the
