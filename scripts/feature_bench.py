@@ -30,9 +30,9 @@ sequence positions, so forward and gradients are exact for the slice):
 ``err <= 2 * err(attention_reference in the same dtype) + floor`` (the test suite's rule, floors
 4x for dQ/dK). A provider that fails is reported WRONG and not timed; one that raises is
 reported ``error: ...``; nothing stops the run. Time = median of ``triton.testing.do_bench``
-(decoding: median with a cold, clean L2, ``flashtile.bench.timing.cold_clean_ms``, because
-do_bench's write flush charges ~15 us of dirty-line write-back to a ~40 us call; the do_bench
-figure is kept in each decode row's config as ``gbps_dobench``);
+(decoding's CUDA-graph rows: median with a cold, clean L2, ``flashtile.bench.timing.
+cold_clean_ms``, because do_bench's write flush charges ~15 us of dirty-line write-back to a
+~40 us call; the do_bench figure is kept in each decode row's config as ``gbps_dobench``);
 FLOPs as flash-attention counts them (DESIGN.md): fwd ``4*b*h*sq*sk*d``, halved when causal,
 fwd+bwd 3.5x fwd. Ratios compare providers measured in the same run.
 
@@ -1557,7 +1557,7 @@ def build_meta(args, sizes: Sizes, device: torch.device) -> dict:
             "flashtile_autotune": os.environ.get("FLASHTILE_AUTOTUNE"),
             "quick": args.quick, "cpu_smoke": args.cpu_smoke, "sizes": asdict(sizes),
             "flop_convention": "fwd 4*b*h*sq*sk*d, halved when causal; fwd+bwd 3.5x fwd; "
-                               "time = median of triton.testing.do_bench (decode: "
+                               "time = median of triton.testing.do_bench (decode graph rows: "
                                "cold_clean_ms, a read flush before each call)",
             "check_rule": "err <= 2*err(attention_reference in the same dtype) + floor "
                           "(floor x4 for dq/dk), on the first and last (batch, head) slice",
