@@ -14,6 +14,10 @@ Three experiments, each printing a table and adding to one JSON:
   timed call pays their write-back. Each decode point is timed after that flush, after a
   *read* flush (clean lines, evicted for free) and with no flush, next to SDPA and a plain
   read of the same K/V bytes (the ceiling any decode kernel has), with the kernel times.
+- ``decode_once``: one decode step at (1, 32k) through flashtile (heuristic splits) and SDPA,
+  for a profiler: ``ncu --clock-control none -k regex:"_decode_kernel|splitkv_kernel" -c 2
+  --section SpeedOfLight --section Occupancy --section WarpStateStats python3
+  scripts/diagnose.py --what decode_once``.
 - ``varlen``: the feature bench's packed batch (16k tokens, lengths 256..4096, h16 d128)
   fwd+bwd against fixed-length batches of the same token count at the longest length
   (4 x 4096, the bench's comparison) and at the mean length, and against each sequence run as
@@ -227,6 +231,20 @@ def _decode_flush_point(batch, n, hq, hkv, d, flushes) -> dict:
     print("   kernels (us): " + ", ".join(f"{k_[:30]} {t:.1f}"
                                           for k_, t in row["kernels_us"].items()))
     return row
+
+
+def decode_once(res: dict) -> None:
+    batch, n, hq, hkv, d = 1, 32768, 32, 8, 128
+    q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
+    kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
+    vc = torch.randn_like(kc)
+    lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
+    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, kc, vc))
+    out = flashtile.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens)
+    ref = F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True).transpose(1, 2)
+    torch.cuda.synchronize()
+    res["max_abs_diff_vs_sdpa"] = (out.float() - ref.float()).abs().max().item()
+    print(f"decode_once: max |flashtile - SDPA| = {res['max_abs_diff_vs_sdpa']:.2e}")
 
 
 def varlen(res: dict) -> None:
