@@ -7,7 +7,7 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 (validation, autograd, autotuner lookup, Triton's argument binding, torch allocations), timed
 over many calls, with a cProfile breakdown of the top functions.
 
-    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex] [--profile]
+    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex] [--cache N] [--profile]
 
 ``flex``: ``flex_attention`` forward+backward with a 50% random block mask.
 """
@@ -45,6 +45,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--what", default="fwdbwd", choices=("fwd", "fwdbwd", "decode", "flex"))
     p.add_argument("--calls", type=int, default=200)
+    p.add_argument("--cache", type=int, default=256,
+                   help="decode: cache length (32768: the split path with its combine launch)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
@@ -57,7 +59,7 @@ def main() -> int:
 
     if args.what == "decode":
         from flashtile.kvcache import flash_attn_with_kvcache
-        b, hq, hkv, d, cache = 1, 32, 8, 128, 256
+        b, hq, hkv, d, cache = 1, 32, 8, 128, args.cache
         q = torch.randn(b, 1, hq, d, dtype=torch.bfloat16)
         kc = torch.randn(b, cache, hkv, d, dtype=torch.bfloat16)
         vc = torch.randn_like(kc)
