@@ -1,6 +1,6 @@
 """Where the time goes, for the feature targets that miss (GPU only).
 
-Three experiments, each printing a table and adding to one JSON:
+Experiments (``--what``), each printing a table and adding to one JSON:
 
 - ``sparse``: the same work (b16 h8 4k d64, bf16, fwd+bwd) through ``flash_attn_func`` (dense),
   ``flex_attention`` without a block mask, with a full block mask and with a 20% random one;
@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -46,7 +45,7 @@ from triton.testing import do_bench
 
 import flashtile
 from flashtile import masks
-from flashtile.bench.timing import capture_graph, cold_clean_ms
+from flashtile.bench.timing import capture_graph, cold_clean_ms, flushed_median_ms
 
 DEV = "cuda"
 BF16 = torch.bfloat16
@@ -159,25 +158,9 @@ def read_both(a: torch.Tensor, b: torch.Tensor):
     """A launcher that reads every byte of ``a`` and ``b`` once (the read-bandwidth ceiling)."""
     n_a, n = a.numel(), a.numel() + b.numel()
     block = 8192
-    sums = torch.empty(triton.cdiv(n, block), device=a.device, dtype=torch.float32)
-    return lambda: _read_kernel[(triton.cdiv(n, block),)](a, b, sums, n_a, n, BLOCK=block,
-                                                           num_warps=8)
-
-
-def timed_us(fn, flush, reps: int = 200) -> float:
-    """Median microseconds of ``fn`` between CUDA events, ``flush()`` before each call."""
-    start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for _ in range(5):
-        flush()
-        fn()
-    for i in range(reps):
-        flush()
-        start[i].record()
-        fn()
-        end[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(start, end)) * 1e3
+    programs = triton.cdiv(n, block)
+    sums = torch.empty(programs, device=a.device, dtype=torch.float32)
+    return lambda: _read_kernel[(programs,)](a, b, sums, n_a, n, BLOCK=block, num_warps=8)
 
 
 def captured(fn):
@@ -203,7 +186,7 @@ def decode_flush(res: dict) -> None:
 def _copy_gbps(flush) -> float:
     src = torch.empty(1 << 30, dtype=torch.bfloat16, device=DEV).normal_()
     dst = torch.empty_like(src)
-    return 2 * src.numel() * 2 / timed_us(lambda: dst.copy_(src), flush, reps=20) / 1e3
+    return 2 * src.numel() * 2 / flushed_median_ms(lambda: dst.copy_(src), flush, reps=20) / 1e6
 
 
 def _decode_flush_point(batch, n, hq, hkv, d, flushes) -> dict:
@@ -223,7 +206,7 @@ def _decode_flush_point(batch, n, hq, hkv, d, flushes) -> dict:
     row = {}
     for fname, flush in flushes.items():
         for name, fn in calls.items():
-            us = timed_us(fn, flush)
+            us = flushed_median_ms(fn, flush, reps=200) * 1e3
             row[f"{name} | {fname}"] = {"us": us, "gbps": nbytes / us / 1e3}
     row["kernels_us"] = kernel_times(calls["flashtile"], reps=20)
     print(f"decode b{batch} L{n} ({nbytes / 1e6:.0f} MB), GB/s: " + "; ".join(
@@ -248,12 +231,8 @@ def decode_once(res: dict) -> None:
 
 
 def varlen(res: dict) -> None:
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        "feature_bench", Path(__file__).with_name("feature_bench.py"))
-    fb = importlib.util.module_from_spec(spec)
-    sys.modules["feature_bench"] = fb              # its dataclasses look their module up
-    spec.loader.exec_module(fb)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import feature_bench as fb                     # the bench's own lengths and FLOP counts
     h, d, total = 16, 128, 16384
     lengths = fb.mixed_lengths(total, 256, 4096, 0)
     mean = round(total / len(lengths))

@@ -100,25 +100,31 @@ def capture_graph(fn: Callable[[], object], warmups: int = 1):
     return graph, result
 
 
-def cold_clean_ms(fn: Callable[[], object], reps: int = 100, warmup: int = 5,
-                  flush_bytes: int = 256 << 20) -> float:
-    """Median milliseconds of ``fn`` on a CUDA device, each call timed between events after the
-    L2 was flushed by *reading* ``flush_bytes`` (the L2 then holds only clean lines of the
-    flush buffer, evicted for free): a cold cache with no write-back charged to ``fn``."""
-    flush_buf = torch.empty(flush_bytes // 4, dtype=torch.int32, device="cuda")
-    flush_buf.fill_(1)
+def flushed_median_ms(fn: Callable[[], object], flush: Callable[[], object], reps: int = 100,
+                      warmup: int = 5) -> float:
+    """Median milliseconds of ``fn`` on a CUDA device, each call timed between events right
+    after ``flush()``."""
     start = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     end = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for _ in range(warmup):
-        flush_buf.sum()
+        flush()
         fn()
     for i in range(reps):
-        flush_buf.sum()
+        flush()
         start[i].record()
         fn()
         end[i].record()
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in zip(start, end))
+
+
+def cold_clean_ms(fn: Callable[[], object], reps: int = 100, warmup: int = 5,
+                  flush_bytes: int = 256 << 20) -> float:
+    """:func:`flushed_median_ms` after the L2 was flushed by *reading* ``flush_bytes`` (the L2
+    then holds only clean lines of the flush buffer, evicted for free): a cold cache with no
+    write-back charged to ``fn``."""
+    flush_buf = torch.ones(flush_bytes // 4, dtype=torch.int32, device="cuda")
+    return flushed_median_ms(fn, flush_buf.sum, reps, warmup)
 
 
 def _cpu_median_ms(call: TimedCall, warmup_ms: float, rep_ms: float,
