@@ -419,6 +419,90 @@ def test_value_checks_switch(monkeypatch):
     assert calls == [1]
 
 
+def _poison_outside(inp: Inputs, case: Case, value: float):
+    """Fill every cache slot outside the sequences' valid ranges (after the append) with
+    ``value``: what an uninitialised cache may hold there. Paged: also the spare pages."""
+    ends = inp.lens + case.seqlen_new
+    for cache in (inp.k_cache, inp.v_cache):
+        if inp.table is not None:
+            used = torch.zeros(cache.shape[0], dtype=torch.bool, device=DEVICE)
+            used[inp.table.flatten()] = True
+            cache[~used] = value
+        else:
+            keep = torch.zeros(cache.shape[:2], dtype=torch.bool, device=DEVICE)
+            keep[inp.rows] = True                                        # other rows: all bad
+            cache[~keep] = value
+        for bi in range(case.batch):
+            bad = torch.cat([torch.arange(0, int(inp.starts[bi]), device=DEVICE),
+                             torch.arange(int(ends[bi]), case.capacity, device=DEVICE)])
+            cache[physical(inp, case, bi, bad)] = value
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("name", ["decode-gqa2-split3", "leftpad-causal", "batch-idx",
+                                  "paged16", "window-sq3"])
+def test_garbage_outside_the_sequence_never_leaks(backend, name, value):
+    """Slots outside a sequence may hold anything (NaN, inf): the kernels read whole tiles
+    (with TMA, K/V rows past the end of a sequence really are read), so they must mask scores
+    and zero V rows there, never multiply 0 by garbage."""
+    case = CASES[name]
+    if GPU and case.dtype == torch.float32:
+        case = replace(case, dtype=torch.float16)
+    inp = make_inputs(case)
+    _poison_outside(inp, case, value)
+    out, lse = run(inp)
+    assert torch.isfinite(out).all() and not torch.isnan(lse).any()
+    check_attention(case, inp, out, lse)
+
+
+@pytest.mark.parametrize("name", ["decode-gqa2-split3", "paged16", "batch-idx", "all"])
+def test_tma_and_plain_loads_agree(monkeypatch, name):
+    """The Triton path reads K/V tiles through TMA descriptors where the cache allows it and
+    with plain loads otherwise (``FLASHTILE_DECODE_TMA=0`` forces them): the same numbers."""
+    from flashtile.kernels.decode import use_tma
+
+    case = CASES[name]
+    if GPU and case.dtype == torch.float32:
+        case = replace(case, dtype=torch.float16)
+    inp = make_inputs(case)
+    again = replace(inp, k_cache=inp.k_cache.clone(), v_cache=inp.v_cache.clone())
+    assert use_tma(inp.q, inp.k_cache, inp.v_cache) == (not GPU or
+                                                        torch.cuda.get_device_capability()[0] >= 9)
+    flashtile.set_backend("triton")
+    try:
+        tma = run(inp)
+        monkeypatch.setenv("FLASHTILE_DECODE_TMA", "0")
+        assert not use_tma(inp.q, inp.k_cache, inp.v_cache)
+        plain = run(again)
+    finally:
+        flashtile.set_backend(None)
+    for a, b in zip(tma, plain):
+        assert max_err(a, b) <= 1e-6 * max(1.0, float(b.abs().max()))
+
+
+def test_tma_only_for_layouts_it_can_address():
+    """TMA sees the cache as one (rows, row stride) matrix: batch rows back to back, unit stride
+    along d, 16-byte aligned rows, power-of-two head dims; anything else takes plain loads."""
+    from flashtile.kernels.decode import _descriptor_ok, use_tma
+
+    q = torch.randn(1, 1, 4, 64, device=DEVICE, dtype=torch.float16)
+    cache = torch.randn(2, 96, 2, 64, device=DEVICE, dtype=torch.float16)
+    assert _descriptor_ok(cache, 64)
+    assert _descriptor_ok(torch.stack([cache, cache], 2)[:, :, 0], 64)   # K of a fused KV buffer
+    assert _descriptor_ok(cache[1:], 64)                                  # later batch rows
+    assert not _descriptor_ok(cache[:, :48], 64)                          # rows not back to back
+    assert not _descriptor_ok(cache.transpose(1, 2).contiguous().transpose(1, 2), 64)
+    assert _descriptor_ok(cache[..., :40], 40)                  # a column window of each head
+    assert not _descriptor_ok(torch.randn(2, 96, 2, 36, device=DEVICE, dtype=torch.float16),
+                              36)                                         # 72-byte head stride
+    flat = torch.randn(cache.numel() + 8, device=DEVICE, dtype=torch.float16)
+    assert not _descriptor_ok(flat[1:1 + cache.numel()].view(cache.shape), 64)  # base % 16 = 2
+    odd = torch.randn(2, 96, 2, 96, device=DEVICE, dtype=torch.float16)
+    if not GPU or torch.cuda.get_device_capability()[0] >= 9:
+        assert use_tma(q, cache, cache)
+    assert not use_tma(torch.randn(1, 1, 4, 96, device=DEVICE, dtype=torch.float16), odd, odd)
+
+
 def test_num_splits_heuristic():
     from flashtile.kernels.decode import (CTAS_PER_SM, MAX_SPLITS, num_splits_heuristic,
                                           resolve_num_splits)

@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 import triton
 import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
-                     dot_precision, interpreting, next_pow2, padded_headdim, score_args,
+                     dot_precision, ensure_allocator, interpreting, next_pow2, padded_headdim, score_args,
                      scores_log2, softmax_step, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
@@ -53,7 +54,8 @@ MAX_BLOCK_M = 64
 MAX_SPLITS = 128
 
 NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "num_splits",
-                 "window_left", "window_right", "kv_bucket", "stride_slope_b"]
+                 "window_left", "window_right", "kv_bucket", "stride_slope_b",
+                 "k_desc_rows", "v_desc_rows", "slots"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,6 +63,7 @@ NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "num_splits",
 
 @triton.jit
 def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop,
+                  k_desc, v_desc, desc_row, k_col, v_col,
                   offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end,
                   diag_off, window_left, window_right, slope_log2, qk_scale, softcap_log2,
                   stride_kb, stride_ks, stride_vb, stride_vs,
@@ -68,11 +71,14 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
                   PAGE_SIZE: tl.constexpr,
                   EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr,
                   HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                  PRECISION: tl.constexpr):
+                  TMA: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the key tiles ``[start, stop)`` (slots) into ``(acc, l_i, m_i)``.
 
     ``k_head``/``v_head``: pointer offsets of the KV head (plus the cache row when contiguous);
-    ``table_row``: pointer to the sequence's block-table row (paged)."""
+    ``table_row``: pointer to the sequence's block-table row (paged). ``TMA``: K/V tiles come
+    through the tensor descriptors ``k_desc``/``v_desc`` instead (the cache seen as a 2-D
+    ``(rows, heads * d)`` matrix; tile rows from ``desc_row + slot`` or the page's first row,
+    columns from ``k_col``/``v_col``), except for pages smaller than a tile."""
     if PAGED and PAGE_SIZE % BLOCK_N == 0:
         # Block-table entries are read one tile ahead (carried through the loop), so a tile's
         # K/V copies never wait on its own lookup and the software pipeline stays full.
@@ -104,8 +110,17 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
             v_rows = offs_n.to(tl.int64) * stride_vs
         k_ptrs = K + k_head + k_rows[:, None] + offs_d[None, :]
         v_ptrs = V + v_head + v_rows[:, None] + offs_dv[None, :]
-        # (mask the head dim only when it is padded: see common.load_tile for why)
-        if MASKED and EVEN_D:
+        if TMA and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
+            # The copy engine fetches whole tiles (no per-thread address math, no registers held
+            # by loads in flight). Rows outside the sequence hold whatever the cache has there:
+            # their scores are masked below, and their V rows zeroed, so 0 * garbage never
+            # reaches the accumulator.
+            if PAGED:
+                tile_row = (page * PAGE_SIZE + start_n % PAGE_SIZE).to(tl.int32)
+            else:
+                tile_row = desc_row + start_n
+            k = k_desc.load([tile_row, k_col])
+        elif MASKED and EVEN_D:
             k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
         elif MASKED:
             k = tl.load(k_ptrs, mask=in_seq[:, None] & (offs_d[None, :] < head_d), other=0.0)
@@ -123,7 +138,11 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
             keep = keep & (offs_n >= key_start)[None, :]
             s2 = tl.where(keep, s2, float("-inf"))
         p, alpha, l_i, m_new = softmax_step(s2, m_i, l_i, MASKED)
-        if MASKED and EVEN_DV:
+        if TMA and (not PAGED or PAGE_SIZE % BLOCK_N == 0):
+            v = v_desc.load([tile_row, v_col])
+            if MASKED:
+                v = tl.where(in_seq[:, None], v, 0.0)
+        elif MASKED and EVEN_DV:
             v = tl.load(v_ptrs, mask=in_seq[:, None], other=0.0)
         elif MASKED:
             v = tl.load(v_ptrs, mask=in_seq[:, None] & (offs_dv[None, :] < head_dv), other=0.0)
@@ -144,12 +163,14 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
                    stride_oh, stride_lb, stride_lsplit, stride_lh, stride_bt, stride_slope_b,
                    seqlen_q, seqlen_new, group, head_d, head_dv, num_splits,
                    window_left, window_right, qk_scale, softcap_log2, kv_bucket,
+                   k_desc_rows, v_desc_rows, slots,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
                    HAS_LEFTPAD: tl.constexpr,
                    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                   HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr):
+                   HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr,
+                   PRECISION: tl.constexpr):
     # Grid: (split, mblock + n_mblocks * kv_head, batch).
     off_split = tl.program_id(0)
     pid_mh = tl.program_id(1)
@@ -191,6 +212,18 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
             cache_row = tl.load(BATCH_IDX + off_b).to(tl.int64)
         k_head += cache_row * stride_kb
         v_head += cache_row * stride_vb
+    k_desc, v_desc, desc_row = K, V, 0
+    if TMA:
+        # The cache as a (rows, heads * d) matrix: row = cache row * slots + slot (contiguous)
+        # or page * page size + row in page (paged); the launcher checked the strides allow it.
+        k_desc = tl.make_tensor_descriptor(K, shape=[k_desc_rows, stride_ks],
+                                           strides=[stride_ks, 1], block_shape=[BLOCK_N, HEAD_D])
+        v_desc = tl.make_tensor_descriptor(V, shape=[v_desc_rows, stride_vs],
+                                           strides=[stride_vs, 1], block_shape=[BLOCK_N, HEAD_DV])
+        if not PAGED:
+            desc_row = (cache_row * slots).to(tl.int32)
+    k_col = off_hkv * stride_kh
+    v_col = off_hkv * stride_vh
 
     # Visible tiles, then this split's slice of them.
     row_hi = (tl.minimum(start_m + BLOCK_M, n_rows) - 1) // group
@@ -205,25 +238,28 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
     acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(a, lo), tl.minimum(b, hi),
+        k_desc, v_desc, desc_row, k_col, v_col,
         offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        PRECISION)
+        TMA, PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(b, lo), tl.minimum(c, hi),
+        k_desc, v_desc, desc_row, k_col, v_col,
         offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, False, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        PRECISION)
+        TMA, PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(c, lo), tl.minimum(d, hi),
+        k_desc, v_desc, desc_row, k_col, v_col,
         offs_i, offs_d, offs_dv, head_d, head_dv, seqlen_q, key_start, key_end, diag_off,
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        PRECISION)
+        TMA, PRECISION)
 
     # Rows that saw no key (in this slice): output 0, LSE -inf, never 0/0.
     empty = l_i == 0.0
@@ -312,7 +348,7 @@ _decode = triton.autotune(
     # PAGED is deliberately not part of the key: a paged and a contiguous cache then run the
     # same tile size, which keeps their results bitwise equal.
     key=["HEAD_D", "HEAD_DV", "BLOCK_M", "SPLIT", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP",
-         "HAS_ALIBI", "PRECISION", "kv_bucket"],
+         "HAS_ALIBI", "TMA", "PRECISION", "kv_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": _prune_decode_configs},
 )(_decode_kernel)
@@ -374,6 +410,32 @@ def resolve_num_splits(requested: int, batch: int, nheads_kv: int, rows: int, ca
     return max(1, min(splits, MAX_SPLITS, cdiv(capacity, 16)))
 
 
+def _descriptor_ok(cache: torch.Tensor, head_d: int) -> bool:
+    """Whether ``cache`` ``(batch or pages, slots, heads, d)`` can be read as the 2-D matrix
+    ``(batch * slots, row stride)`` by TMA: unit stride along d, batch rows back to back, every
+    head inside its row, 16-byte aligned base and rows, int32 row coordinates."""
+    nb, slots, heads, _ = cache.shape
+    sb, ss, sh, sd = cache.stride()
+    item = cache.element_size()
+    return (sd == 1 and sb == slots * ss and (heads - 1) * sh + head_d <= ss
+            and (ss * item) % 16 == 0 and (sh * item) % 16 == 0 and cache.data_ptr() % 16 == 0
+            and nb * slots < 2**31)
+
+
+def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Read K/V tiles with TMA (Hopper's copy engine) when the device has it and both caches
+    allow it (:func:`_descriptor_ok`, head dims that need no padding). ``FLASHTILE_DECODE_TMA=0``
+    forces plain loads (the benchmark's A/B switch)."""
+    if os.environ.get("FLASHTILE_DECODE_TMA", "1") in ("0", ""):
+        return False
+    if not interpreting() and (q.device.type != "cuda"
+                               or torch.cuda.get_device_capability(q.device)[0] < 9):
+        return False
+    head_d, head_dv = k_cache.shape[3], v_cache.shape[3]
+    return (padded_headdim(head_d) == head_d and padded_headdim(head_dv) == head_dv
+            and _descriptor_ok(k_cache, head_d) and _descriptor_ok(v_cache, head_dv))
+
+
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
            params) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of ``q`` ``(b, sq, hq, d)`` over the valid cache slots of each sequence (the
@@ -403,6 +465,9 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
     score = score_args(params)
     score.pop("HAS_ALIBI")
+    tma = use_tma(q, k_cache, v_cache)
+    if tma:
+        ensure_allocator()                  # device-side descriptors need a little scratch
     _decode_launch[(splits, n_mblocks * nheads_kv, batch)](
         q, k_cache, v_cache, o_dst, l_dst, seqlens,
         call.leftpad if call.leftpad is not None else seqlens,
@@ -414,12 +479,15 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
         max(params.window_left, 0), max(params.window_right, 0), **score,
         kv_bucket=next_pow2(cdiv(call.capacity, splits)),
+        k_desc_rows=k_cache.shape[0] * k_cache.shape[1],
+        v_desc_rows=v_cache.shape[0] * v_cache.shape[1], slots=k_cache.shape[1],
         BLOCK_M=bm, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
         EVEN_DV=HEAD_DV == head_dv, PAGED=call.block_table is not None,
         PAGE_SIZE=max(call.page_size, 1),
         HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
-        HAS_ALIBI=slopes is not None, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype),
+        HAS_ALIBI=slopes is not None, SPLIT=splits > 1, TMA=tma,
+        PRECISION=dot_precision(q.dtype),
     )
     if splits > 1:
         _combine_kernel[(batch * nheads * seqlen_q,)](
@@ -443,4 +511,5 @@ def kvcache_forward(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return decode(q, k_cache, v_cache, call, params)
 
 
-__all__ = ["decode", "kvcache_forward", "num_splits_heuristic", "resolve_num_splits", "sm_count"]
+__all__ = ["decode", "kvcache_forward", "num_splits_heuristic", "resolve_num_splits", "sm_count",
+           "use_tma"]
