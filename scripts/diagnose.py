@@ -14,6 +14,8 @@ Experiments (``--what``), each printing a table and adding to one JSON:
   timed call pays their write-back. Each decode point is timed after that flush, after a
   *read* flush (clean lines, evicted for free) and with no flush, next to SDPA and a plain
   read of the same K/V bytes (the ceiling any decode kernel has), with the kernel times.
+- ``decode_sweep``: the split kernel pinned to each of a few configs, TMA on and off, over
+  split counts, at the points in ``DIAG_POINTS``; SDPA in the same run.
 - ``decode_once``: one decode step at (1, 32k) through flashtile (heuristic splits) and SDPA,
   for a profiler: ``ncu --clock-control none -k regex:"_decode_kernel|splitkv_kernel" -c 2
   --section SpeedOfLight --section Occupancy --section WarpStateStats python3
@@ -140,6 +142,83 @@ def decode(res: dict) -> None:
               f"{gbps[auto]:,.0f}; best {best} splits {gbps[best]:,.0f}; " +
               " ".join(f"{s}:{g:,.0f}" for s, g in gbps.items()))
         torch.cuda.empty_cache()
+
+
+SWEEP_SPLITS = {(1, 32768): [16, 24, 29, 33, 44], (8, 8192): [2, 3, 4, 6, 8],
+                (32, 8192): [1, 2], (64, 4096): [1, 2, 3], (8, 131072): [3, 4, 8]}
+SWEEP_CONFIGS = [(64, 4, 3), (64, 4, 4), (64, 4, 2), (128, 4, 2), (128, 4, 3), (64, 8, 3),
+                 (32, 4, 4)]
+
+
+def decode_sweep(res: dict) -> None:
+    """The split kernel pinned to one config at a time (BLOCK_N / warps / stages), TMA loads on
+    and off, over split counts, at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768");
+    graph replays after a clean flush, against SDPA in the same run. Then, at the best setting
+    of each point, the combine merging 16 splits per step (the old rule) instead of all."""
+    from flashtile.kernels import decode as dec
+    hq, hkv, d = 32, 8, 128
+    points = [tuple(int(x) for x in p.split("x")) for p in
+              os.environ.get("DIAG_POINTS", "1x32768,8x8192,64x4096").split(",")]
+    all_configs = dec._decode.configs
+
+    def pin(cfg):
+        n, w, st = cfg
+        dec._decode.configs = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=st)]
+        dec._decode.cache.clear()
+        dec._decode_launch.chosen.clear()
+
+    for batch, n in points:
+        q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
+        kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
+        vc = torch.randn_like(kc)
+        lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
+        nbytes = 2 * kc.numel() * kc.element_size()
+        qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, kc, vc))
+        sdpa = cold_clean_ms(captured(
+            lambda: F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)))
+        auto = dec.resolve_num_splits(0, batch, hkv, hq // hkv, n, q.device)
+        row = {"sdpa_us": sdpa * 1e3, "auto_splits": auto, "us": {}}
+
+        def step(s):
+            return lambda: flashtile.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens,
+                                                             num_splits=s)
+        for tma in ("1", "0"):
+            os.environ["FLASHTILE_DECODE_TMA"] = tma
+            for cfg in SWEEP_CONFIGS:
+                pin(cfg)
+                for s in sorted(set(SWEEP_SPLITS.get((batch, n), []) + [auto])):
+                    try:
+                        t = cold_clean_ms(captured(step(s))) * 1e3
+                    except Exception as exc:             # e.g. out of shared memory
+                        t = float("nan")
+                        print(f"  {cfg} tma={tma} s={s}: {type(exc).__name__}")
+                    row["us"][f"tma{tma} {cfg[0]}/{cfg[1]}/{cfg[2]} s{s}"] = t
+        best = min((k_ for k_ in row["us"] if row["us"][k_] == row["us"][k_]),
+                   key=row["us"].get)
+        tma, cfg, s = best.split()
+        os.environ["FLASHTILE_DECODE_TMA"] = tma[3:]
+        pin(tuple(int(x) for x in cfg.split("/")))
+        saved = dec.COMBINE_MAX_BLOCK_S
+        dec.COMBINE_MAX_BLOCK_S = 16
+        row["best_with_combine16_us"] = cold_clean_ms(captured(step(int(s[1:])))) * 1e3
+        dec.COMBINE_MAX_BLOCK_S = saved
+        row["best"] = best
+        res[f"b{batch} L{n}"] = row
+        print(f"decode_sweep b{batch} L{n}: SDPA {sdpa * 1e3:.1f} us ({nbytes / sdpa / 1e6:,.0f}"
+              f" GB/s); best {best}: {row['us'][best]:.1f} us "
+              f"({nbytes / row['us'][best] / 1e3:,.0f} GB/s; combine in steps of 16: "
+              f"{row['best_with_combine16_us']:.1f}); auto splits {auto}")
+        for tma in ("1", "0"):
+            for cfg in SWEEP_CONFIGS:
+                tag = f"tma{tma} {cfg[0]}/{cfg[1]}/{cfg[2]}"
+                print(f"  {tag:16s} " + " ".join(f"s{k_.split()[-1][1:]}:{t:6.1f}"
+                                                 for k_, t in row["us"].items()
+                                                 if k_.startswith(tag + " ")))
+        torch.cuda.empty_cache()
+    os.environ.pop("FLASHTILE_DECODE_TMA", None)
+    dec._decode.configs = all_configs
+    dec._decode.cache.clear()
+    dec._decode_launch.chosen.clear()
 
 
 @triton.jit

@@ -52,6 +52,8 @@ MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the 
 CTAS_PER_SM = 2                 # resident decode programs per SM assumed by the split heuristic
 MAX_BLOCK_M = 64
 MAX_SPLITS = 128
+COMBINE_MAX_BLOCK_S = 64        # splits the combine merges per step (one step up to 64 splits)
+COMBINE_MAX_ELEMS = 8192        # ... while a step's (splits x head dim) tile stays in registers
 
 NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "num_splits",
                  "window_left", "window_right", "kv_bucket", "stride_slope_b",
@@ -400,6 +402,13 @@ def num_splits_heuristic(programs: int, capacity: int, sms: int) -> int:
     return next(i + 1 for i, e in enumerate(efficiency) if e >= 0.85 * best)
 
 
+def combine_block_s(splits: int, head_dv: int) -> int:
+    """Splits merged per step of the combine: all of them in one step when the tile fits (each
+    step is a dependent round trip to memory), else steps of ``COMBINE_MAX_ELEMS // head_dv``
+    (``head_dv`` padded: powers of two throughout)."""
+    return min(next_pow2(splits), COMBINE_MAX_BLOCK_S, max(1, COMBINE_MAX_ELEMS // head_dv))
+
+
 def resolve_num_splits(requested: int, batch: int, nheads_kv: int, rows: int, capacity: int,
                        device: torch.device) -> int:
     """The split count a call uses: the heuristic for 0, else ``requested``; capped at
@@ -493,7 +502,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         _combine_kernel[(batch * nheads * seqlen_q,)](
             o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
             *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv, splits,
-            BLOCK_S=min(16, next_pow2(splits)), HEAD_DV=HEAD_DV, num_warps=4,
+            BLOCK_S=combine_block_s(splits, HEAD_DV), HEAD_DV=HEAD_DV, num_warps=4,
         )
     return out, lse
 
