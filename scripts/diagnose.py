@@ -14,6 +14,8 @@ Experiments (``--what``), each printing a table and adding to one JSON:
   timed call pays their write-back. Each decode point is timed after that flush, after a
   *read* flush (clean lines, evicted for free) and with no flush, next to SDPA and a plain
   read of the same K/V bytes (the ceiling any decode kernel has), with the kernel times.
+- ``decode_layout``: flashtile and SDPA each on a ``bshd`` cache (flash-attn's layout) and a
+  ``bhsd`` one (SDPA's), the same bytes, at the five decoding points.
 - ``decode_sweep``: the split kernel pinned to each of a few configs, TMA on and off, over
   split counts, at the points in ``DIAG_POINTS``; SDPA in the same run.
 - ``decode_once``: one decode step at (1, 32k) through flashtile (heuristic splits) and SDPA,
@@ -141,6 +143,44 @@ def decode(res: dict) -> None:
         print(f"decode b{batch} L{n}: SDPA {nbytes / sdpa / 1e6:,.0f} GB/s; auto {auto} splits "
               f"{gbps[auto]:,.0f}; best {best} splits {gbps[best]:,.0f}; " +
               " ".join(f"{s}:{g:,.0f}" for s, g in gbps.items()))
+        torch.cuda.empty_cache()
+
+
+def decode_layout(res: dict) -> None:
+    """Both providers on both cache layouts, same bytes: ``bshd`` (flash-attn's cache layout:
+    the 8 heads of a slot side by side, so one (sequence, head) is a strip of 256-byte pieces
+    2 KB apart) and ``bhsd`` (SDPA's: each (sequence, head) one contiguous run). flashtile
+    takes a ``bhsd`` cache as a strided view; SDPA takes a ``bshd`` cache as a transposed view.
+    Graph replays, clean flush, the split heuristic and the autotuner as users run them; then
+    the kernel times at (1, 32k)."""
+    hq, hkv, d = 32, 8, 128
+    for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
+        q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
+        qs = q.transpose(1, 2).contiguous()
+        lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
+        bshd = [torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16) for _ in range(2)]
+        bhsd = [torch.randn(batch, hkv, n, d, device=DEV, dtype=BF16) for _ in range(2)]
+        nbytes = 2 * bshd[0].numel() * 2
+        calls = {
+            "flashtile bshd": lambda: flashtile.flash_attn_with_kvcache(
+                q, *bshd, cache_seqlens=lens),
+            "flashtile bhsd": lambda: flashtile.flash_attn_with_kvcache(
+                q, *(t.transpose(1, 2) for t in bhsd), cache_seqlens=lens),
+            "sdpa bshd": lambda: F.scaled_dot_product_attention(
+                qs, *(t.transpose(1, 2) for t in bshd), enable_gqa=True),
+            "sdpa bhsd": lambda: F.scaled_dot_product_attention(qs, *bhsd, enable_gqa=True),
+        }
+        row = {}
+        for name, fn in calls.items():
+            fn()
+            row[name] = cold_clean_ms(captured(fn)) * 1e3
+        if batch == 1:
+            row["kernels_us"] = {name: kernel_times(fn) for name, fn in calls.items()}
+        res[f"b{batch} L{n}"] = row
+        print(f"decode_layout b{batch} L{n}, GB/s: " + "; ".join(
+            f"{name} {nbytes / t / 1e3:,.0f}" for name, t in row.items() if name in calls))
+        for name, per in row.get("kernels_us", {}).items():
+            print(f"  {name}: " + ", ".join(f"{k_[:30]} {t:.1f}" for k_, t in per.items()))
         torch.cuda.empty_cache()
 
 
