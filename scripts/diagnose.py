@@ -186,13 +186,14 @@ def decode_layout(res: dict) -> None:
 
 SWEEP_SPLITS = {(1, 32768): [16, 24, 29, 33, 44], (8, 8192): [2, 3, 4, 6, 8],
                 (32, 8192): [1, 2], (64, 4096): [1, 2, 3], (8, 131072): [3, 4, 8]}
+SWEEP_MODES = os.environ.get("DIAG_MODES", "plain,tma,tma+ws").split(",")
 SWEEP_CONFIGS = [(64, 4, 3), (64, 4, 4), (64, 4, 2), (128, 4, 2), (128, 4, 3), (64, 8, 3),
                  (32, 4, 4)]
 
 
 def decode_sweep(res: dict) -> None:
-    """The split kernel pinned to one config at a time (BLOCK_N / warps / stages), TMA loads on
-    and off, over split counts, at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768");
+    """The split kernel pinned to one config at a time (BLOCK_N / warps / stages), with plain
+    loads, TMA loads, TMA + a warp-specialised main loop (``DIAG_MODES``), over split counts, at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768");
     graph replays after a clean flush, against SDPA in the same run. Then, at the best setting
     of each point, the combine merging 16 splits per step (the old rule) instead of all."""
     from flashtile.kernels import decode as dec
@@ -201,9 +202,13 @@ def decode_sweep(res: dict) -> None:
               os.environ.get("DIAG_POINTS", "1x32768,8x8192,64x4096").split(",")]
     all_configs = dec._decode.configs
 
+    def set_mode(mode):                  # plain loads, TMA, TMA + warp-specialised main loop
+        os.environ["FLASHTILE_DECODE_TMA"] = "0" if mode == "plain" else "1"
+        os.environ["FLASHTILE_DECODE_WS"] = "1" if mode == "tma+ws" else "0"
+
     def pin(cfg):
         n, w, st = cfg
-        dec._decode.configs = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=st)]
+        dec._decode.configs = [dec.decode_config(n, w, st)]
         dec._decode.cache.clear()
         dec._decode_launch.chosen.clear()
 
@@ -222,8 +227,8 @@ def decode_sweep(res: dict) -> None:
         def step(s):
             return lambda: flashtile.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens,
                                                              num_splits=s)
-        for tma in ("1", "0"):
-            os.environ["FLASHTILE_DECODE_TMA"] = tma
+        for tma in SWEEP_MODES:
+            set_mode(tma)
             for cfg in SWEEP_CONFIGS:
                 pin(cfg)
                 for s in sorted(set(SWEEP_SPLITS.get((batch, n), []) + [auto])):
@@ -232,11 +237,11 @@ def decode_sweep(res: dict) -> None:
                     except Exception as exc:             # e.g. out of shared memory
                         t = float("nan")
                         print(f"  {cfg} tma={tma} s={s}: {type(exc).__name__}")
-                    row["us"][f"tma{tma} {cfg[0]}/{cfg[1]}/{cfg[2]} s{s}"] = t
+                    row["us"][f"{tma} {cfg[0]}/{cfg[1]}/{cfg[2]} s{s}"] = t
         best = min((k_ for k_ in row["us"] if row["us"][k_] == row["us"][k_]),
                    key=row["us"].get)
         tma, cfg, s = best.split()
-        os.environ["FLASHTILE_DECODE_TMA"] = tma[3:]
+        set_mode(tma)
         pin(tuple(int(x) for x in cfg.split("/")))
         saved = dec.COMBINE_MAX_BLOCK_S
         dec.COMBINE_MAX_BLOCK_S = 16
@@ -248,14 +253,15 @@ def decode_sweep(res: dict) -> None:
               f" GB/s); best {best}: {row['us'][best]:.1f} us "
               f"({nbytes / row['us'][best] / 1e3:,.0f} GB/s; combine in steps of 16: "
               f"{row['best_with_combine16_us']:.1f}); auto splits {auto}")
-        for tma in ("1", "0"):
+        for tma in SWEEP_MODES:
             for cfg in SWEEP_CONFIGS:
-                tag = f"tma{tma} {cfg[0]}/{cfg[1]}/{cfg[2]}"
+                tag = f"{tma} {cfg[0]}/{cfg[1]}/{cfg[2]}"
                 print(f"  {tag:16s} " + " ".join(f"s{k_.split()[-1][1:]}:{t:6.1f}"
                                                  for k_, t in row["us"].items()
                                                  if k_.startswith(tag + " ")))
         torch.cuda.empty_cache()
     os.environ.pop("FLASHTILE_DECODE_TMA", None)
+    os.environ.pop("FLASHTILE_DECODE_WS", None)
     dec._decode.configs = all_configs
     dec._decode.cache.clear()
     dec._decode_launch.chosen.clear()

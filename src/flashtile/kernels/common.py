@@ -64,21 +64,6 @@ def alloc(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    device = "cpu" if interpreting() else "cuda"
-    return torch.empty(size, dtype=torch.int8, device=device)
-
-
-def ensure_allocator() -> None:
-    """Kernels that build TMA descriptors on the device need Triton's global-scratch allocator;
-    install a torch one unless the caller (this thread) already set their own. Torch's caching
-    allocator is stream-ordered and works under CUDA-graph capture."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_scratch)
-
-
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 inputs use exact fp32 products (``ieee``), not tf32: users of fp32 expect fp32."""
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -174,6 +159,9 @@ class TunedLaunch:
                 self.chosen[key] = self.tuner.best_config
             else:
                 self.tuner.best_config = config            # what the ledger reads back
+                if config.pre_hook:                        # as the autotuner would call it
+                    config.pre_hook({**dict(zip(self.names, args)), **kwargs,
+                                     **config.all_kwargs()})
                 self.tuner.fn[grid](*args, **kwargs, **config.all_kwargs())
         return launch
 

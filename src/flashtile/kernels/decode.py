@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
-                     dot_precision, ensure_allocator, interpreting, next_pow2, padded_headdim, score_args,
+                     dot_precision, interpreting, next_pow2, padded_headdim, score_args,
                      scores_log2, softmax_step, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
@@ -56,8 +56,7 @@ COMBINE_MAX_BLOCK_S = 64        # splits the combine merges per step (one step u
 COMBINE_MAX_ELEMS = 8192        # ... while a step's (splits x head dim) tile stays in registers
 
 NO_SPECIALIZE = ["seqlen_q", "seqlen_new", "group", "num_splits",
-                 "window_left", "window_right", "kv_bucket", "stride_slope_b",
-                 "k_desc_rows", "v_desc_rows", "slots"]
+                 "window_left", "window_right", "kv_bucket", "stride_slope_b", "slots"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,7 +72,7 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
                   PAGE_SIZE: tl.constexpr,
                   EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr,
                   HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                  TMA: tl.constexpr, PRECISION: tl.constexpr):
+                  TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the key tiles ``[start, stop)`` (slots) into ``(acc, l_i, m_i)``.
 
     ``k_head``/``v_head``: pointer offsets of the KV head (plus the cache row when contiguous);
@@ -85,7 +84,7 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
         # Block-table entries are read one tile ahead (carried through the loop), so a tile's
         # K/V copies never wait on its own lookup and the software pipeline stays full.
         page_next = tl.load(table_row + start // PAGE_SIZE, mask=start < stop, other=0)
-    for start_n in range(start, stop, BLOCK_N):
+    for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPEC and not MASKED):
         offs_n = start_n + tl.arange(0, BLOCK_N)                         # slots
         if MASKED:
             in_seq = (offs_n >= key_start) & (offs_n < key_end)
@@ -165,14 +164,14 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
                    stride_oh, stride_lb, stride_lsplit, stride_lh, stride_bt, stride_slope_b,
                    seqlen_q, seqlen_new, group, head_d, head_dv, num_splits,
                    window_left, window_right, qk_scale, softcap_log2, kv_bucket,
-                   k_desc_rows, v_desc_rows, slots,
+                   k_desc, v_desc, slots,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                    HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
                    HAS_LEFTPAD: tl.constexpr,
                    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr,
-                   PRECISION: tl.constexpr):
+                   WARP_SPEC: tl.constexpr, PRECISION: tl.constexpr):
     # Grid: (split, mblock + n_mblocks * kv_head, batch).
     off_split = tl.program_id(0)
     pid_mh = tl.program_id(1)
@@ -214,16 +213,11 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
             cache_row = tl.load(BATCH_IDX + off_b).to(tl.int64)
         k_head += cache_row * stride_kb
         v_head += cache_row * stride_vb
-    k_desc, v_desc, desc_row = K, V, 0
-    if TMA:
-        # The cache as a (rows, heads * d) matrix: row = cache row * slots + slot (contiguous)
-        # or page * page size + row in page (paged); the launcher checked the strides allow it.
-        k_desc = tl.make_tensor_descriptor(K, shape=[k_desc_rows, stride_ks],
-                                           strides=[stride_ks, 1], block_shape=[BLOCK_N, HEAD_D])
-        v_desc = tl.make_tensor_descriptor(V, shape=[v_desc_rows, stride_vs],
-                                           strides=[stride_vs, 1], block_shape=[BLOCK_N, HEAD_DV])
-        if not PAGED:
-            desc_row = (cache_row * slots).to(tl.int32)
+    desc_row = 0
+    if TMA and not PAGED:
+        # k_desc/v_desc see the cache as a (rows, row stride) matrix (:func:`_descriptors`):
+        # row = cache row * slots + slot, or page * page size + row in page when paged.
+        desc_row = (cache_row * slots).to(tl.int32)
     k_col = off_hkv * stride_kh
     v_col = off_hkv * stride_vh
 
@@ -245,7 +239,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        TMA, PRECISION)
+        TMA, WARP_SPEC, PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(b, lo), tl.minimum(c, hi),
         k_desc, v_desc, desc_row, k_col, v_col,
@@ -253,7 +247,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, False, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        TMA, PRECISION)
+        TMA, WARP_SPEC, PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(c, lo), tl.minimum(d, hi),
         k_desc, v_desc, desc_row, k_col, v_col,
@@ -261,7 +255,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        TMA, PRECISION)
+        TMA, WARP_SPEC, PRECISION)
 
     # Rows that saw no key (in this slice): output 0, LSE -inf, never 0/0.
     empty = l_i == 0.0
@@ -325,11 +319,23 @@ def _combine_kernel(O_PART, LSE_PART, O, LSE,
 # ----------------------------------------------------------------------------------------------
 # Configs
 
+def _size_descriptors(nargs):
+    """Config pre-hook: a host TMA descriptor's block is the tile the config loads."""
+    if nargs.get("TMA"):
+        nargs["k_desc"].block_shape = [nargs["BLOCK_N"], nargs["HEAD_D"]]
+        nargs["v_desc"].block_shape = [nargs["BLOCK_N"], nargs["HEAD_DV"]]
+
+
+def decode_config(block_n: int, warps: int, stages: int) -> triton.Config:
+    return triton.Config({"BLOCK_N": block_n}, num_warps=warps, num_stages=stages,
+                         pre_hook=_size_descriptors)
+
+
 def _decode_configs():
     if interpreting():
         # The interpreter fails with more than one config ("0 active drivers"): pin one.
-        return [triton.Config({"BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    return [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=s)
+        return [decode_config(16, 4, 1)]
+    return [decode_config(n, w, s)
             for (n, w, s) in [(64, 4, 3), (128, 4, 2), (64, 4, 4), (32, 4, 4), (128, 8, 3),
                               (64, 8, 3), (32, 2, 4)]]
 
@@ -350,7 +356,7 @@ _decode = triton.autotune(
     # PAGED is deliberately not part of the key: a paged and a contiguous cache then run the
     # same tile size, which keeps their results bitwise equal.
     key=["HEAD_D", "HEAD_DV", "BLOCK_M", "SPLIT", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP",
-         "HAS_ALIBI", "TMA", "PRECISION", "kv_bucket"],
+         "HAS_ALIBI", "TMA", "WARP_SPEC", "PRECISION", "kv_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": _prune_decode_configs},
 )(_decode_kernel)
@@ -431,6 +437,19 @@ def _descriptor_ok(cache: torch.Tensor, head_d: int) -> bool:
             and nb * slots < 2**31)
 
 
+def _descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor):
+    """Host TMA descriptors of the caches seen as ``(batch * slots, row stride)`` matrices (a
+    head's tile is a column window); the block shape is set per config (:func:`_size_descriptors`).
+    Host descriptors travel as kernel parameters: no per-program setup on the device."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def matrix(cache):
+        rows, row_stride = cache.shape[0] * cache.shape[1], cache.stride(1)
+        return TensorDescriptor(cache, [rows, row_stride], [row_stride, 1],
+                                [16, cache.shape[3]])
+    return matrix(k_cache), matrix(v_cache)
+
+
 def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Read K/V tiles with TMA (Hopper's copy engine) when the device has it and both caches
     allow it (:func:`_descriptor_ok`, head dims that need no padding). ``FLASHTILE_DECODE_TMA=0``
@@ -475,8 +494,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     score = score_args(params)
     score.pop("HAS_ALIBI")
     tma = use_tma(q, k_cache, v_cache)
-    if tma:
-        ensure_allocator()                  # device-side descriptors need a little scratch
+    k_desc, v_desc = _descriptors(k_cache, v_cache) if tma else (k_cache, v_cache)
     _decode_launch[(splits, n_mblocks * nheads_kv, batch)](
         q, k_cache, v_cache, o_dst, l_dst, seqlens,
         call.leftpad if call.leftpad is not None else seqlens,
@@ -488,14 +506,14 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
         max(params.window_left, 0), max(params.window_right, 0), **score,
         kv_bucket=next_pow2(cdiv(call.capacity, splits)),
-        k_desc_rows=k_cache.shape[0] * k_cache.shape[1],
-        v_desc_rows=v_cache.shape[0] * v_cache.shape[1], slots=k_cache.shape[1],
+        k_desc=k_desc, v_desc=v_desc, slots=k_cache.shape[1],
         BLOCK_M=bm, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
         EVEN_DV=HEAD_DV == head_dv, PAGED=call.block_table is not None,
         PAGE_SIZE=max(call.page_size, 1),
         HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
         HAS_ALIBI=slopes is not None, SPLIT=splits > 1, TMA=tma,
+        WARP_SPEC=tma and os.environ.get("FLASHTILE_DECODE_WS", "0") not in ("0", ""),
         PRECISION=dot_precision(q.dtype),
     )
     if splits > 1:
