@@ -185,15 +185,15 @@ def decode_layout(res: dict) -> None:
 
 
 SWEEP_SPLITS = {(1, 32768): [16, 24, 29, 33, 44], (8, 8192): [2, 3, 4, 6, 8],
-                (32, 8192): [1, 2], (64, 4096): [1, 2, 3], (8, 131072): [3, 4, 8]}
-SWEEP_MODES = os.environ.get("DIAG_MODES", "plain,tma,tma+ws").split(",")
-SWEEP_CONFIGS = [(64, 4, 3), (64, 4, 4), (64, 4, 2), (128, 4, 2), (128, 4, 3), (64, 8, 3),
-                 (32, 4, 4)]
+                (32, 8192): [1, 2], (64, 4096): [1, 2], (8, 131072): [2, 4, 8]}
+SWEEP_MODES = os.environ.get("DIAG_MODES", "plain,tma").split(",")
+SWEEP_CONFIGS = [tuple(int(x) for x in c.split("/")) for c in os.environ.get(
+    "DIAG_CONFIGS", "64/4/3,64/4/4,64/4/2,128/4/2,128/4/3,64/8/3,32/4/4").split(",")]
 
 
 def decode_sweep(res: dict) -> None:
     """The split kernel pinned to one config at a time (BLOCK_N / warps / stages), with plain
-    loads, TMA loads, TMA + a warp-specialised main loop (``DIAG_MODES``), over split counts, at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768");
+    loads and with TMA loads (``DIAG_MODES``), over split counts, at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768");
     graph replays after a clean flush, against SDPA in the same run. Then, at the best setting
     of each point, the combine merging 16 splits per step (the old rule) instead of all."""
     from flashtile.kernels import decode as dec
@@ -202,9 +202,8 @@ def decode_sweep(res: dict) -> None:
               os.environ.get("DIAG_POINTS", "1x32768,8x8192,64x4096").split(",")]
     all_configs = dec._decode.configs
 
-    def set_mode(mode):                  # plain loads, TMA, TMA + warp-specialised main loop
+    def set_mode(mode):                  # plain loads or TMA
         os.environ["FLASHTILE_DECODE_TMA"] = "0" if mode == "plain" else "1"
-        os.environ["FLASHTILE_DECODE_WS"] = "1" if mode == "tma+ws" else "0"
 
     def pin(cfg):
         n, w, st = cfg
@@ -261,7 +260,6 @@ def decode_sweep(res: dict) -> None:
                                                  if k_.startswith(tag + " ")))
         torch.cuda.empty_cache()
     os.environ.pop("FLASHTILE_DECODE_TMA", None)
-    os.environ.pop("FLASHTILE_DECODE_WS", None)
     dec._decode.configs = all_configs
     dec._decode.cache.clear()
     dec._decode_launch.chosen.clear()

@@ -36,7 +36,6 @@ Notation (also see :mod:`flashtile.kernels.common`):
 from __future__ import annotations
 
 import functools
-import math
 import os
 
 import torch
@@ -49,7 +48,6 @@ from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
-CTAS_PER_SM = 2                 # resident decode programs per SM assumed by the split heuristic
 MAX_BLOCK_M = 64
 MAX_SPLITS = 128
 COMBINE_MAX_BLOCK_S = 64        # splits the combine merges per step (one step up to 64 splits)
@@ -72,7 +70,7 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
                   PAGE_SIZE: tl.constexpr,
                   EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr, HAS_LEFT: tl.constexpr,
                   HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-                  TMA: tl.constexpr, WARP_SPEC: tl.constexpr, PRECISION: tl.constexpr):
+                  TMA: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the key tiles ``[start, stop)`` (slots) into ``(acc, l_i, m_i)``.
 
     ``k_head``/``v_head``: pointer offsets of the KV head (plus the cache row when contiguous);
@@ -84,7 +82,7 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
         # Block-table entries are read one tile ahead (carried through the loop), so a tile's
         # K/V copies never wait on its own lookup and the software pipeline stays full.
         page_next = tl.load(table_row + start // PAGE_SIZE, mask=start < stop, other=0)
-    for start_n in tl.range(start, stop, BLOCK_N, warp_specialize=WARP_SPEC and not MASKED):
+    for start_n in range(start, stop, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)                         # slots
         if MASKED:
             in_seq = (offs_n >= key_start) & (offs_n < key_end)
@@ -171,7 +169,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
                    HAS_LEFTPAD: tl.constexpr,
                    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr,
-                   WARP_SPEC: tl.constexpr, PRECISION: tl.constexpr):
+                   PRECISION: tl.constexpr):
     # Grid: (split, mblock + n_mblocks * kv_head, batch).
     off_split = tl.program_id(0)
     pid_mh = tl.program_id(1)
@@ -239,7 +237,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        TMA, WARP_SPEC, PRECISION)
+        TMA, PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(b, lo), tl.minimum(c, hi),
         k_desc, v_desc, desc_row, k_col, v_col,
@@ -247,7 +245,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, False, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        TMA, WARP_SPEC, PRECISION)
+        TMA, PRECISION)
     acc, l_i, m_i = _decode_tiles(
         acc, l_i, m_i, q, K, V, k_head, v_head, table_row, tl.maximum(c, lo), tl.minimum(d, hi),
         k_desc, v_desc, desc_row, k_col, v_col,
@@ -255,7 +253,7 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
         window_left, window_right, slope_log2, qk_scale, softcap_log2,
         stride_kb, stride_ks, stride_vb, stride_vs,
         BLOCK_N, True, PAGED, PAGE_SIZE, EVEN_D, EVEN_DV, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI,
-        TMA, WARP_SPEC, PRECISION)
+        TMA, PRECISION)
 
     # Rows that saw no key (in this slice): output 0, LSE -inf, never 0/0.
     empty = l_i == 0.0
@@ -335,9 +333,12 @@ def _decode_configs():
     if interpreting():
         # The interpreter fails with more than one config ("0 active drivers"): pin one.
         return [decode_config(16, 4, 1)]
+    # First (the untuned default): 128-key tiles, 3 stages, i.e. ~190 KB of K/V in shared
+    # memory and one program per SM with two tiles always in flight: the best at (1, 32k) and
+    # (8, 8k) on the H200 (docs/perf.md, session 7).
     return [decode_config(n, w, s)
-            for (n, w, s) in [(64, 4, 3), (128, 4, 2), (64, 4, 4), (32, 4, 4), (128, 8, 3),
-                              (64, 8, 3), (32, 2, 4)]]
+            for (n, w, s) in [(128, 4, 3), (64, 4, 3), (64, 4, 2), (128, 4, 2), (64, 4, 4),
+                              (32, 4, 4), (64, 8, 3)]]
 
 
 def _prune_decode_configs(configs, named_args, **kwargs):
@@ -356,7 +357,7 @@ _decode = triton.autotune(
     # PAGED is deliberately not part of the key: a paged and a contiguous cache then run the
     # same tile size, which keeps their results bitwise equal.
     key=["HEAD_D", "HEAD_DV", "BLOCK_M", "SPLIT", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP",
-         "HAS_ALIBI", "TMA", "WARP_SPEC", "PRECISION", "kv_bucket"],
+         "HAS_ALIBI", "TMA", "PRECISION", "kv_bucket"],
     cache_results=True,
     prune_configs_by={"early_config_prune": _prune_decode_configs},
 )(_decode_kernel)
@@ -383,29 +384,19 @@ def block_m(rows: int) -> int:
     return min(max(16, next_pow2(rows)), MAX_BLOCK_M)
 
 
-@functools.lru_cache(maxsize=1024)
 def num_splits_heuristic(programs: int, capacity: int, sms: int) -> int:
     """Splits per (sequence, KV head, row block) for ``programs`` unsplit programs over caches of
-    ``capacity`` slots.
+    ``capacity`` slots: as many as keep ``programs * splits`` within one program per SM (at
+    least ``MIN_KEYS_PER_SPLIT`` keys per split, at most ``MAX_SPLITS``).
 
-    The GPU is taken as ``CTAS_PER_SM * sms`` slots for resident programs. One split when the
-    programs already fill 80% of them. Otherwise, among ``s = 1 ..`` (at least
-    ``MIN_KEYS_PER_SPLIT`` keys per split), the wave efficiency of ``programs * s`` programs is
-    ``waves / ceil(waves)`` (a last, partly filled wave wastes the rest of its slots); the
-    smallest ``s`` within 85% of the best efficiency wins (fewer splits: less merging).
-    E.g. on 132 SMs: 8 programs (batch 1, 8 KV heads) -> 29 splits; 64 -> 4; 256 -> 1.
-    Cached: the loop over split counts cost ~10 us of host time per decode call at 32k.
+    Why one per SM: decoding is bound by how many K/V bytes are in flight, and the default
+    config (128-key tiles, 3 stages) fills an SM's shared memory with them; more, smaller
+    programs per SM measured slower at (1, 32k) and (8, 8k) on the H200 (session 7), and every
+    extra split is one more partial row to merge. E.g. on 132 SMs: 8 programs (batch 1, 8 KV
+    heads) -> 16 splits; 64 -> 2; 100 or more -> 1.
     """
-    slots = CTAS_PER_SM * sms
-    if programs >= 0.8 * slots:
-        return 1
     most = max(1, min(MAX_SPLITS, capacity // MIN_KEYS_PER_SPLIT))
-    efficiency = []
-    for splits in range(1, most + 1):
-        waves = programs * splits / slots
-        efficiency.append(waves / math.ceil(waves))
-    best = max(efficiency)
-    return next(i + 1 for i, e in enumerate(efficiency) if e >= 0.85 * best)
+    return max(1, min(most, sms // programs))
 
 
 def combine_block_s(splits: int, head_dv: int) -> int:
@@ -513,7 +504,6 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
         HAS_ALIBI=slopes is not None, SPLIT=splits > 1, TMA=tma,
-        WARP_SPEC=tma and os.environ.get("FLASHTILE_DECODE_WS", "0") not in ("0", ""),
         PRECISION=dot_precision(q.dtype),
     )
     if splits > 1:
