@@ -7,7 +7,7 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 (validation, autograd, autotuner lookup, Triton's argument binding, torch allocations), timed
 over many calls, with a cProfile breakdown of the top functions.
 
-    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex] [--cache N] [--profile]
+    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex] [--cache N] [--tma] [--profile]
 
 ``flex``: ``flex_attention`` forward+backward with a 50% random block mask.
 """
@@ -47,6 +47,8 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--cache", type=int, default=256,
                    help="decode: cache length (32768: the split path with its combine launch)")
+    p.add_argument("--tma", action="store_true",
+                   help="decode: take the TMA-descriptor path (CPU tensors never would)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
@@ -58,7 +60,10 @@ def main() -> int:
     interface.resolve = kvcache.resolve = flex.resolve = lambda device: "triton"   # GPU path
 
     if args.what == "decode":
+        from flashtile.kernels import decode
         from flashtile.kvcache import flash_attn_with_kvcache
+        if args.tma:
+            decode.use_tma = lambda *tensors: True
         b, hq, hkv, d, cache = 1, 32, 8, 128, args.cache
         q = torch.randn(b, 1, hq, d, dtype=torch.bfloat16)
         kc = torch.randn(b, cache, hkv, d, dtype=torch.bfloat16)

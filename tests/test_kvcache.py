@@ -461,7 +461,8 @@ def test_garbage_outside_the_sequence_never_leaks(backend, name, value):
 @pytest.mark.parametrize("name", ["decode-gqa2-split3", "paged16", "batch-idx", "all"])
 def test_tma_and_plain_loads_agree(monkeypatch, name):
     """The Triton path reads K/V tiles through TMA descriptors where the cache allows it and
-    with plain loads otherwise (``FLASHTILE_DECODE_TMA=0`` forces them): the same numbers."""
+    with plain loads otherwise (``FLASHTILE_DECODE_TMA=0`` forces them): the same values are
+    loaded, so the results are bitwise equal."""
     from flashtile.kernels.decode import use_tma
 
     case = CASES[name]
@@ -480,7 +481,7 @@ def test_tma_and_plain_loads_agree(monkeypatch, name):
     finally:
         flashtile.set_backend(None)
     for a, b in zip(tma, plain):
-        assert max_err(a, b) <= 1e-6 * max(1.0, float(b.abs().max()))
+        assert torch.equal(a, b)
 
 
 def test_tma_only_for_layouts_it_can_address():
@@ -679,7 +680,7 @@ def test_gpu_decode_bandwidth_helper():
 @pytest.mark.gpu
 def test_gpu_decode_graph_replay():
     """Split decoding (split kernel + combine kernel) captured in a CUDA graph gives the eager
-    answer replay after replay, also after new cache lengths are written between replays (the
+    answer, replay after replay, also after new cache lengths are written between replays (the
     split count is fixed at capture, the lengths are read by the kernels)."""
     from flashtile.bench.timing import capture_graph
 

@@ -159,9 +159,10 @@ class TunedLaunch:
                 self.chosen[key] = self.tuner.best_config
             else:
                 self.tuner.best_config = config            # what the ledger reads back
-                if config.pre_hook:                        # as the autotuner would call it
-                    config.pre_hook({**dict(zip(self.names, args)), **kwargs,
-                                     **config.all_kwargs()})
+                if config.pre_hook:
+                    # (the autotuner passes every argument; hooks here read only keyword
+                    # arguments and the config's, which keeps this path cheap)
+                    config.pre_hook({**kwargs, **config.all_kwargs()})
                 self.tuner.fn[grid](*args, **kwargs, **config.all_kwargs())
         return launch
 

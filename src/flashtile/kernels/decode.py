@@ -441,15 +441,23 @@ def _descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor):
     return matrix(k_cache), matrix(v_cache)
 
 
+@functools.lru_cache(maxsize=None)
+def _has_tma(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
 def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Read K/V tiles with TMA (Hopper's copy engine) when the device has it and both caches
     allow it (:func:`_descriptor_ok`, head dims that need no padding). ``FLASHTILE_DECODE_TMA=0``
-    forces plain loads (the benchmark's A/B switch)."""
+    forces plain loads (the benchmark's A/B switch; the values loaded are the same)."""
     if os.environ.get("FLASHTILE_DECODE_TMA", "1") in ("0", ""):
         return False
-    if not interpreting() and (q.device.type != "cuda"
-                               or torch.cuda.get_device_capability(q.device)[0] < 9):
-        return False
+    if not interpreting():
+        if q.device.type != "cuda":
+            return False
+        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+        if not _has_tma(index):
+            return False
     head_d, head_dv = k_cache.shape[3], v_cache.shape[3]
     return (padded_headdim(head_d) == head_d and padded_headdim(head_dv) == head_dv
             and _descriptor_ok(k_cache, head_d) and _descriptor_ok(v_cache, head_dv))
