@@ -49,12 +49,17 @@ def main() -> int:
                    help="decode: cache length (32768: the split path with its combine launch)")
     p.add_argument("--tma", action="store_true",
                    help="decode: take the TMA-descriptor path (CPU tensors never would)")
+    p.add_argument("--gpu", action="store_true",
+                   help="on a GPU machine: real launches; a host-bound call's wall time is its "
+                        "host time (the GPU runs behind)")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
-    driver.set_active(HopperStandIn())
-    triton_compiler.CompiledKernel._init_handles = _no_launch
-    autotuner.Autotuner._bench = lambda self, *a, config, **k: [1.0, 1.0, 1.0]
+    dev = "cuda" if args.gpu else "cpu"
+    if not args.gpu:
+        driver.set_active(HopperStandIn())
+        triton_compiler.CompiledKernel._init_handles = _no_launch
+        autotuner.Autotuner._bench = lambda self, *a, config, **k: [1.0, 1.0, 1.0]
     import flashtile
     from flashtile import flex, interface, kvcache
     interface.resolve = kvcache.resolve = flex.resolve = lambda device: "triton"   # GPU path
@@ -65,29 +70,29 @@ def main() -> int:
         if args.tma:
             decode.use_tma = lambda *tensors: True
         b, hq, hkv, d, cache = 1, 32, 8, 128, args.cache
-        q = torch.randn(b, 1, hq, d, dtype=torch.bfloat16)
-        kc = torch.randn(b, cache, hkv, d, dtype=torch.bfloat16)
+        q = torch.randn(b, 1, hq, d, dtype=torch.bfloat16, device=dev)
+        kc = torch.randn(b, cache, hkv, d, dtype=torch.bfloat16, device=dev)
         vc = torch.randn_like(kc)
-        lens = torch.full((b,), cache - 8, dtype=torch.int32)
+        lens = torch.full((b,), cache - 8, dtype=torch.int32, device=dev)
 
         def step():
             flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True)
     elif args.what == "flex":
         from flashtile import masks
-        q, k, v = (torch.randn(1, 16, 512, 128, dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
-        dout = torch.randn(1, 16, 512, 128, dtype=torch.bfloat16)
+        q, k, v = (torch.randn(1, 16, 512, 128, dtype=torch.bfloat16, device=dev,
+                               requires_grad=True) for _ in range(3))
+        dout = torch.randn(1, 16, 512, 128, dtype=torch.bfloat16, device=dev)
         layout = masks.random_block_layout(4, 4, 0.5)[0, 0]
         bm = flashtile.create_block_mask(masks.layout_mask(layout, 128), None, None, 512, 512,
-                                         device="cpu")
+                                         device=dev)
 
         def step():
             # autograd.grad, not .backward: no gradient accumulation on the host
             torch.autograd.grad(flashtile.flex_attention(q, k, v, block_mask=bm), (q, k, v), dout)
     else:
-        q, k, v = (torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, requires_grad=True)
-                   for _ in range(3))
-        dout = torch.randn(1, 128, 16, 128, dtype=torch.bfloat16)
+        q, k, v = (torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, device=dev,
+                               requires_grad=True) for _ in range(3))
+        dout = torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, device=dev)
 
         def step():
             out = flashtile.flash_attn_func(q, k, v, causal=True)
@@ -98,10 +103,16 @@ def main() -> int:
 
     for _ in range(3):                                          # compile, tune, warm caches
         step()
+    if args.gpu:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(args.calls):
         step()
     per_call = (time.perf_counter() - start) / args.calls
+    if args.gpu:
+        torch.cuda.synchronize()
+        gpu_call = (time.perf_counter() - start) / args.calls
+        print(f"(GPU: {gpu_call * 1e6:.0f} us per call until the device finished)")
     print(f"{args.what}: {per_call * 1e6:.0f} us of host time per call "
           f"(triton {triton.__version__}, torch {torch.__version__})")
     if args.profile:

@@ -460,10 +460,13 @@ def test_garbage_outside_the_sequence_never_leaks(backend, name, value):
 
 @pytest.mark.parametrize("name", ["decode-gqa2-split3", "paged16", "batch-idx", "all"])
 def test_tma_and_plain_loads_agree(monkeypatch, name):
-    """The Triton path reads K/V tiles through TMA descriptors where the cache allows it and
-    with plain loads otherwise (``FLASHTILE_DECODE_TMA=0`` forces them): the same values are
-    loaded, so the results are bitwise equal."""
+    """The Triton path reads K/V tiles through TMA descriptors where the cache allows it (on a
+    GPU: under graph capture, or always with ``FLASHTILE_DECODE_TMA=1``) and with plain loads
+    otherwise (``=0`` forces them): the same values are loaded, so the results are bitwise
+    equal."""
     from flashtile.kernels.decode import use_tma
+
+    monkeypatch.setenv("FLASHTILE_DECODE_TMA", "1")
 
     case = CASES[name]
     if GPU and case.dtype == torch.float32:
@@ -484,10 +487,12 @@ def test_tma_and_plain_loads_agree(monkeypatch, name):
         assert torch.equal(a, b)
 
 
-def test_tma_only_for_layouts_it_can_address():
+def test_tma_only_for_layouts_it_can_address(monkeypatch):
     """TMA sees the cache as one (rows, row stride) matrix: batch rows back to back, unit stride
     along d, 16-byte aligned rows, power-of-two head dims; anything else takes plain loads."""
     from flashtile.kernels.decode import _descriptor_ok, use_tma
+
+    monkeypatch.setenv("FLASHTILE_DECODE_TMA", "1")
 
     q = torch.randn(1, 1, 4, 64, device=DEVICE, dtype=torch.float16)
     cache = torch.randn(2, 96, 2, 64, device=DEVICE, dtype=torch.float16)
@@ -678,11 +683,21 @@ def test_gpu_decode_bandwidth_helper():
 
 
 @pytest.mark.gpu
-def test_gpu_decode_graph_replay():
+def test_gpu_decode_graph_replay(monkeypatch):
     """Split decoding (split kernel + combine kernel) captured in a CUDA graph gives the eager
-    answer, replay after replay, also after new cache lengths are written between replays (the
-    split count is fixed at capture, the lengths are read by the kernels)."""
+    answer bitwise, replay after replay, also after new cache lengths are written between
+    replays (the split count is fixed at capture, the lengths are read by the kernels). On
+    Hopper the capture reads K/V through TMA and the eager calls with plain loads."""
     from flashtile.bench.timing import capture_graph
+    from flashtile.kernels import decode
+
+    monkeypatch.delenv("FLASHTILE_DECODE_TMA", raising=False)
+    seen, real = [], decode.use_tma
+
+    def spy(*tensors):
+        seen.append((torch.cuda.is_current_stream_capturing(), real(*tensors)))
+        return seen[-1][1]
+    monkeypatch.setattr(decode, "use_tma", spy)
 
     case = replace(GPU_CASES["b4-S4096-h32/8-d128-split0"], dtype=torch.bfloat16, seqlen_new=0,
                    num_splits=7)
@@ -693,6 +708,8 @@ def test_gpu_decode_graph_replay():
         return flash_attn_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **kwargs)
 
     graph, out = capture_graph(call)
+    if torch.cuda.get_device_capability()[0] >= 9:
+        assert (True, True) in seen and all(tma == capturing for capturing, tma in seen), seen
     for lens in ([4000, 1, 2047, 3000], [17, 4096, 300, 2500]):
         inp.kwargs["cache_seqlens"].copy_(torch.tensor(lens, dtype=torch.int32))
         expect = call()
