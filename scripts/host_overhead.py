@@ -121,7 +121,7 @@ def main() -> int:
         for _ in range(50):
             step()
         prof.disable()
-        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+        pstats.Stats(prof).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(25)
     return 0
 
 
