@@ -16,8 +16,6 @@ Experiments (``--what``), each printing a table and adding to one JSON:
   read of the same K/V bytes (the ceiling any decode kernel has), with the kernel times.
 - ``decode_layout``: flashtile and SDPA each on a ``bshd`` cache (flash-attn's layout) and a
   ``bhsd`` one (SDPA's), the same bytes, at the five decoding points.
-- ``fwd_tma``: the forward with plain loads, TMA and TMA + warp specialisation, pinned
-  configs, against cuDNN.
 - ``decode_sweep``: the split kernel pinned to each of a few configs, TMA on and off, over
   split counts, at the points in ``DIAG_POINTS``; SDPA in the same run.
 - ``decode_once``: one decode step at (1, 32k) through flashtile (heuristic splits) and SDPA,
@@ -184,53 +182,6 @@ def decode_layout(res: dict) -> None:
         for name, per in row.get("kernels_us", {}).items():
             print(f"  {name}: " + ", ".join(f"{k_[:30]} {t:.1f}" for k_, t in per.items()))
         torch.cuda.empty_cache()
-
-
-def fwd_tma(res: dict) -> None:
-    """The forward with plain loads, TMA loads (``FLASHTILE_FWD_TMA=1``) and TMA + a
-    warp-specialised tile loop (``FLASHTILE_FWD_WS=1``), each pinned to a few configs
-    (``DIAG_FWD_CONFIGS``, BLOCK_M/BLOCK_N/warps/stages), at 16k tokens, bf16, against cuDNN
-    in the same run; TFLOP/s of do_bench (flash-attn's FLOP convention)."""
-    from flashtile.kernels import fwd
-    configs = [tuple(int(x) for x in c.split("/")) for c in os.environ.get(
-        "DIAG_FWD_CONFIGS", "128/64/8/3,128/128/8/3,128/128/8/2").split(",")]
-    modes = os.environ.get("DIAG_MODES", "plain,tma,tma+ws").split(",")
-    all_configs = fwd._fwd.configs
-    for d, causal, n in [(128, False, 16384), (128, True, 16384), (64, False, 16384)]:
-        h = 2048 // d
-        q, k, v = (torch.randn(16384 // n, n, h, d, device=DEV, dtype=BF16) for _ in range(3))
-        qs, ks, vs = (t.transpose(1, 2) for t in (q, k, v))
-        flops = 4 * q.shape[0] * h * n * n * d / (2 if causal else 1)
-        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-            cudnn = bench(lambda: F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal))
-        row = {"cudnn_tflops": flops / cudnn / 1e9, "tflops": {}}
-        for mode in modes:
-            os.environ["FLASHTILE_FWD_TMA"] = "0" if mode == "plain" else "1"
-            os.environ["FLASHTILE_FWD_WS"] = "1" if mode == "tma+ws" else "0"
-            for m, n_, w, st in configs:
-                fwd._fwd.configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n_}, num_warps=w,
-                                                  num_stages=st)]
-                fwd._fwd.cache.clear()
-                fwd._fwd_launch.chosen.clear()
-                tag = f"{mode} {m}/{n_}/{w}/{st}"
-                try:
-                    out = flashtile.flash_attn_func(q, k, v, causal=causal)
-                    ref = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
-                    err = (out.float() - ref.transpose(1, 2).float()).abs().max().item()
-                    ms = bench(lambda: flashtile.flash_attn_func(q, k, v, causal=causal))
-                    row["tflops"][tag] = (flops / ms / 1e9, err)
-                except Exception as exc:                 # e.g. out of resources
-                    row["tflops"][tag] = (float("nan"), f"{type(exc).__name__}")
-        res[f"d{d} {'causal' if causal else 'full'} {n}"] = row
-        print(f"fwd_tma d{d} {'causal' if causal else 'full'} {n}: cuDNN "
-              f"{row['cudnn_tflops']:.0f} TFLOP/s | " + " | ".join(
-                  f"{t} {v[0]:.0f} ({v[1] if isinstance(v[1], str) else f'{v[1]:.0e}'})"
-                  for t, v in row["tflops"].items()))
-    for name in ("FLASHTILE_FWD_TMA", "FLASHTILE_FWD_WS"):
-        os.environ.pop(name, None)
-    fwd._fwd.configs = all_configs
-    fwd._fwd.cache.clear()
-    fwd._fwd_launch.chosen.clear()
 
 
 SWEEP_SPLITS = {(1, 32768): [16, 24, 29, 33, 44], (8, 8192): [2, 3, 4, 6, 8],

@@ -64,32 +64,6 @@ def alloc(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
-def _scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    return torch.empty(size, dtype=torch.int8, device="cpu" if interpreting() else "cuda")
-
-
-def ensure_allocator() -> None:
-    """Kernels that build TMA descriptors on the device need Triton's global-scratch allocator;
-    install a torch one unless this thread already set its own (torch's caching allocator is
-    stream-ordered and works under CUDA-graph capture)."""
-    from triton.runtime import _allocation
-
-    if isinstance(_allocation._allocator.get(), _allocation.NullAllocator):
-        triton.set_allocator(_scratch)
-
-
-def matrix_rows_ok(t: torch.Tensor, varlen: bool) -> bool:
-    """Whether ``t`` ``(b, s, h, d)`` can be read by TMA as the matrix ``(b * s, row stride)``:
-    unit stride along d, batch rows back to back (or one packed varlen batch), 16-byte aligned
-    base, rows and heads, int32 row coordinates."""
-    b, s_, h, d = t.shape
-    sb, ss, sh, sd = t.stride()
-    item = t.element_size()
-    return (sd == 1 and (varlen or b == 1 or sb == s_ * ss) and (h - 1) * sh + d <= ss
-            and (ss * item) % 16 == 0 and (sh * item) % 16 == 0 and t.data_ptr() % 16 == 0
-            and b * s_ < 2**31)
-
-
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 inputs use exact fp32 products (``ieee``), not tf32: users of fp32 expect fp32."""
     return "ieee" if dtype == torch.float32 else "tf32"

@@ -14,16 +14,13 @@ The output is normalised once at the end; only O and the LSE reach HBM.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, ensure_allocator, env_block, interpreting, load_tile,
-                     matrix_rows_ok, mod_args, padded_headdim,
+                     dropout_keep, env_block, interpreting, load_tile, mod_args, padded_headdim,
                      prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
                      softmax_step, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
                      varlen_args, window_args)
@@ -31,7 +28,6 @@ from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi
 
 @triton.jit
 def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, stop, idx_ptr,
-               k_desc, v_desc, desc_row, k_col, v_col,
                table_row, stride_kp, stride_vp, offs_m, offs_d, offs_dv, head_d, head_dv,
                seqlen_q, seqlen_k, diag_off, window_left, window_right, slope_log2, qk_scale,
                softcap_log2,
@@ -43,8 +39,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
                HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
                INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PAGED: tl.constexpr,
-               PAGE_SIZE: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
-               PRECISION: tl.constexpr):
+               PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
     """Fold the key tiles number ``[start, stop)`` (:func:`tile_start`: contiguous, or the
     blocks listed at ``idx_ptr``) into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that. ``USE_MASK_MOD``
@@ -58,7 +53,7 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         # their own lookup (paged caches come with consecutive tiles, never a block list).
         tl.static_assert(not INDEXED)
         page_next = tl.load(table_row + start * BLOCK_N // PAGE_SIZE, mask=start < stop, other=0)
-    for t in tl.range(start, stop, warp_specialize=WARP_SPEC and not MASKED and not INDEXED):
+    for t in range(start, stop):
         start_n = t * BLOCK_N
         if INDEXED:
             start_n = listed
@@ -75,9 +70,6 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
             offs_t = tl.arange(0, BLOCK_N)                          # rows within the tile
             k = load_tile(k_tile, offs_t, stride_kn, offs_d, seqlen_k - start_n, head_d, MASKED,
                           EVEN_D)
-        elif TMA:
-            # (rows past seqlen_k are read as they are: their scores are masked below)
-            k = k_desc.load([(desc_row + start_n).to(tl.int32), k_col])
         else:
             k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
@@ -100,10 +92,6 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         if PAGED:
             v = load_tile(v_tile, offs_t, stride_vn, offs_dv, seqlen_k - start_n, head_dv, MASKED,
                           EVEN_DV)
-        elif TMA:
-            v = v_desc.load([(desc_row + start_n).to(tl.int32), v_col])
-            if MASKED:                                      # never 0 * whatever lies there
-                v = tl.where((offs_n < seqlen_k)[:, None], v, 0.0)
         else:
             v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
         acc = acc * alpha[:, None]
@@ -126,7 +114,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 seed, rng_offset, rng_stride_b, dropout_p,
                 stride_bb, stride_bh, stride_bm, stride_bn, sm_args, mm_args,
                 KV_NUM, KV_IDX, FULL_KV_NUM, FULL_KV_IDX, mask_b, mask_h, mask_nq, mask_nkv,
-                BLOCK_TABLE, stride_bt, k_rows, v_rows,
+                BLOCK_TABLE, stride_bt,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, BOTTOM_RIGHT: tl.constexpr,
@@ -135,8 +123,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
-                PAGE_SIZE: tl.constexpr, TMA: tl.constexpr, WARP_SPEC: tl.constexpr,
-                PRECISION: tl.constexpr):
+                PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
                                                 IS_VARLEN)
@@ -157,17 +144,6 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
         k_base = K + off_b * stride_kb + off_hkv * stride_kh + k_start * stride_ks
         v_base = V + off_b * stride_vb + off_hkv * stride_vh + k_start * stride_vs
     table_row = BLOCK_TABLE + off_b * stride_bt
-    k_desc, v_desc, desc_row = K, V, 0
-    if TMA:
-        # K/V as (rows, row stride) matrices (the launcher checked that batch rows lie back to
-        # back); this head's tile is a column window. Built once per program on the device.
-        k_desc = tl.make_tensor_descriptor(K, shape=[k_rows, stride_ks], strides=[stride_ks, 1],
-                                           block_shape=[BLOCK_N, HEAD_D])
-        v_desc = tl.make_tensor_descriptor(V, shape=[v_rows, stride_vs], strides=[stride_vs, 1],
-                                           block_shape=[BLOCK_N, HEAD_DV])
-        desc_row = off_b * (stride_kb // stride_ks) + k_start
-    k_col = (off_hkv * stride_kh).to(tl.int32)
-    v_col = (off_hkv * stride_vh).to(tl.int32)
     slope_log2 = alibi_slope_log2(SLOPES, off_b, stride_slope_b, off_h, HAS_ALIBI)
 
     bias_base = BIAS + off_b * stride_bb + off_h * stride_bh
@@ -185,7 +161,6 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
         per_block = MASK_BKV // BLOCK_N
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(KV_NUM + row) * per_block, KV_IDX + row * mask_nkv,
-                                   k_desc, v_desc, desc_row, k_col, v_col,
                                    table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv,
                                    head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
                                    window_right, slope_log2, qk_scale,
@@ -195,11 +170,10 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    True, MASK_BKV, PAGED, PAGE_SIZE,
-                                   TMA, WARP_SPEC, PRECISION)
+                                   PRECISION)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(FULL_KV_NUM + row) * per_block,
                                    FULL_KV_IDX + row * mask_nkv,
-                                   k_desc, v_desc, desc_row, k_col, v_col,
                                    table_row, stride_kb, stride_vb, offs_m, offs_d, offs_dv,
                                    head_d, head_dv, seqlen_q, seqlen_k, diag_off, window_left,
                                    window_right, slope_log2, qk_scale,
@@ -209,13 +183,12 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
                                    True, MASK_BKV, PAGED, PAGE_SIZE,
-                                   TMA, WARP_SPEC, PRECISION)
+                                   PRECISION)
     else:
         a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
                                  window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   a // BLOCK_N, b // BLOCK_N, KV_IDX, k_desc, v_desc, desc_row,
-                                   k_col, v_col, table_row, stride_kb,
+                                   a // BLOCK_N, b // BLOCK_N, KV_IDX, table_row, stride_kb,
                                    stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
@@ -225,10 +198,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   TMA, WARP_SPEC, PRECISION)
+                                   PRECISION)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   b // BLOCK_N, c // BLOCK_N, KV_IDX, k_desc, v_desc, desc_row,
-                                   k_col, v_col, table_row, stride_kb,
+                                   b // BLOCK_N, c // BLOCK_N, KV_IDX, table_row, stride_kb,
                                    stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
@@ -238,10 +210,9 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   TMA, WARP_SPEC, PRECISION)
+                                   PRECISION)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   c // BLOCK_N, d // BLOCK_N, KV_IDX, k_desc, v_desc, desc_row,
-                                   k_col, v_col, table_row, stride_kb,
+                                   c // BLOCK_N, d // BLOCK_N, KV_IDX, table_row, stride_kb,
                                    stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
@@ -251,7 +222,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   TMA, WARP_SPEC, PRECISION)
+                                   PRECISION)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
@@ -290,21 +261,6 @@ _fwd = triton.autotune(
 _fwd_launch = TunedLaunch(_fwd)
 
 
-def use_tma(q, k, v, paged: bool, varlen: bool) -> bool:
-    """``FLASHTILE_FWD_TMA=1`` (an experiment, off by default): K/V tiles through device-side
-    TMA descriptors on Hopper when the layout allows it (:func:`matrix_rows_ok`, head dims
-    that need no padding, no pages); ``FLASHTILE_FWD_WS=1`` also warp-specialises the
-    unmasked tile loop."""
-    if os.environ.get("FLASHTILE_FWD_TMA", "0") in ("", "0") or paged:
-        return False
-    if not interpreting() and (q.device.type != "cuda"
-                               or torch.cuda.get_device_capability(q.device)[0] < 9):
-        return False
-    d, dv = k.shape[3], v.shape[3]
-    return (padded_headdim(d) == d and padded_headdim(dv) == dv
-            and matrix_rows_ok(k, varlen) and matrix_rows_ok(v, varlen))
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel.
 
@@ -340,9 +296,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
     bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
-    tma = use_tma(q, k, v, paged, varlen)
-    if tma:
-        ensure_allocator()
     _fwd_launch[grid](
         q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
         *strides(q, varlen), *strides(k, varlen and not paged),
@@ -354,8 +307,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         **mod_args(params, q.device), **sparse_args(params, seqlen_k, lse, "kv"),
         BLOCK_TABLE=params.block_table if paged else lse,
         stride_bt=params.block_table.stride(0) if paged else 0,
-        k_rows=k.shape[0] * k.shape[1], v_rows=v.shape[0] * v.shape[1],
-        TMA=tma, WARP_SPEC=tma and os.environ.get("FLASHTILE_FWD_WS", "0") not in ("", "0"),
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
     )
