@@ -512,6 +512,27 @@ def test_tma_only_for_layouts_it_can_address(monkeypatch):
     assert not use_tma(torch.randn(1, 1, 4, 96, device=DEVICE, dtype=torch.float16), odd, odd)
 
 
+def test_decode_configs_that_fit():
+    """The config list's head, 128-key tiles x 3 stages (the measured best at d = 128), fits in
+    shared memory in 16 bits and is the untuned default there; at d = 256 or in fp32 it does not
+    fit and is dropped."""
+    from flashtile.kernels.decode import _prune_decode_configs, decode_config
+
+    configs = [decode_config(128, 4, 3), decode_config(64, 4, 3), decode_config(32, 4, 4)]
+
+    def kept(d, dtype):
+        k = torch.empty(1, 16, 1, d, dtype=dtype)
+        return [(c.kwargs["BLOCK_N"], c.num_stages) for c in
+                _prune_decode_configs(configs, {"K": k}, HEAD_D=d, HEAD_DV=d, BLOCK_M=16)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLASHTILE_AUTOTUNE", "1")
+        assert kept(128, torch.bfloat16) == [(128, 3), (64, 3), (32, 4)]
+        assert kept(256, torch.bfloat16) == [(64, 3), (32, 4)]
+        assert kept(128, torch.float32) == [(64, 3), (32, 4)]
+        mp.setenv("FLASHTILE_AUTOTUNE", "0")
+        assert kept(128, torch.float16) == [(128, 3)]
+
+
 def test_num_splits_heuristic():
     from flashtile.kernels.decode import MAX_SPLITS, num_splits_heuristic, resolve_num_splits
 

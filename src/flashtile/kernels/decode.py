@@ -42,8 +42,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LN2_K, LOG2E_K, TunedLaunch, alloc, autotune_enabled, band_mask, cdiv,
-                     dot_precision, interpreting, next_pow2, padded_headdim, score_args,
+from .common import (LN2_K, LOG2E_K, SMEM_LIMIT, TunedLaunch, alloc, autotune_enabled,
+                     band_mask, cdiv, dot_precision, interpreting, next_pow2, padded_headdim, score_args,
                      scores_log2, softmax_step, tile_ranges)
 
 DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
@@ -341,13 +341,23 @@ def _decode_configs():
                               (32, 4, 4), (64, 8, 3)]]
 
 
+def decode_smem(block_m: int, block_n: int, stages: int, head_d: int, head_dv: int,
+                item: int) -> int:
+    """Shared memory of a decode program: the pipelined K+V tiles, the query tile, and 8 KB for
+    the compiler's own buffers (layout conversions, barriers)."""
+    return stages * block_n * (head_d + head_dv) * item + block_m * head_d * item + 8192
+
+
 def _prune_decode_configs(configs, named_args, **kwargs):
-    """Drop configs whose pipelined K+V tiles exceed ~160 KB of shared memory; only the first
-    without autotuning (``FLASHTILE_AUTOTUNE=0``)."""
-    head = kwargs.get("HEAD_D", 128) + kwargs.get("HEAD_DV", 128)
+    """Drop configs that do not fit in shared memory (``SMEM_LIMIT``: 128-key tiles x 3 stages
+    at d = 128 in 16 bits, ~205 KB, do); only the first without autotuning
+    (``FLASHTILE_AUTOTUNE=0``)."""
+    head_d, head_dv = kwargs.get("HEAD_D", 128), kwargs.get("HEAD_DV", 128)
     item = named_args["K"].element_size() if "K" in named_args else 2
+    block_m = kwargs.get("BLOCK_M", 16)
     keep = [c for c in configs
-            if c.num_stages * c.kwargs["BLOCK_N"] * head * item <= 160 * 1024]
+            if decode_smem(block_m, c.kwargs["BLOCK_N"], c.num_stages, head_d, head_dv, item)
+            <= SMEM_LIMIT]
     keep = keep or configs[-1:]
     return keep if autotune_enabled() else keep[:1]
 
