@@ -112,17 +112,18 @@ def sparse(res: dict) -> None:
                                                        for k_, t in list(per.items())[:5]))
 
 
+def decode_inputs(batch: int, n: int, hq: int = 32, hkv: int = 8, d: int = 128):
+    """One decoding step's inputs, full caches of ``n`` slots: ``q, k_cache, v_cache, lens``,
+    the K+V bytes, and SDPA's ``(b, h, s, d)`` contiguous copies ``(qs, ks, vs)``."""
+    q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
+    return q, kc, vc, lens, nbytes, (qs, ks, vs)
+
+
 def decode(res: dict) -> None:
     from flashtile.kernels import decode as dec
     hq, hkv, d = 32, 8, 128
     for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
-        q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
-        kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
-        vc = torch.randn_like(kc)
-        lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
-        nbytes = 2 * kc.numel() * kc.element_size()
-        qs, ks, vs = q.transpose(1, 2).contiguous(), kc.transpose(1, 2).contiguous(), \
-            vc.transpose(1, 2).contiguous()
+        q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
 
         def graph_ms(fn):
             return cold_clean_ms(captured(fn))
@@ -212,12 +213,7 @@ def decode_sweep(res: dict) -> None:
         dec._decode_launch.chosen.clear()
 
     for batch, n in points:
-        q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
-        kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
-        vc = torch.randn_like(kc)
-        lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
-        nbytes = 2 * kc.numel() * kc.element_size()
-        qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, kc, vc))
+        q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
         sdpa = cold_clean_ms(captured(
             lambda: F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)))
         auto = dec.resolve_num_splits(0, batch, hkv, hq // hkv, n, q.device)
@@ -313,12 +309,7 @@ def _copy_gbps(flush) -> float:
 
 
 def _decode_flush_point(batch, n, hq, hkv, d, flushes) -> dict:
-    q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
-    kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
-    vc = torch.randn_like(kc)
-    lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
-    nbytes = 2 * kc.numel() * kc.element_size()
-    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, kc, vc))
+    q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
     calls = {
         "flashtile": captured(lambda: flashtile.flash_attn_with_kvcache(
             q, kc, vc, cache_seqlens=lens)),
@@ -340,12 +331,7 @@ def _decode_flush_point(batch, n, hq, hkv, d, flushes) -> dict:
 
 
 def decode_once(res: dict) -> None:
-    batch, n, hq, hkv, d = 1, 32768, 32, 8, 128
-    q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
-    kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
-    vc = torch.randn_like(kc)
-    lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
-    qs, ks, vs = (t.transpose(1, 2).contiguous() for t in (q, kc, vc))
+    q, kc, vc, lens, _, (qs, ks, vs) = decode_inputs(1, 32768)
     out = flashtile.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens)
     ref = F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True).transpose(1, 2)
     torch.cuda.synchronize()
