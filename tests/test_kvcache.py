@@ -531,6 +531,12 @@ def test_decode_configs_that_fit():
         assert kept(128, torch.float32) == [(64, 3), (32, 4)]
         mp.setenv("FLASHTILE_AUTOTUNE", "0")
         assert kept(128, torch.float16) == [(128, 3)]
+    # The GPU's list has a config that fits for every dtype and head dim (fp32 at d = 256 too).
+    from flashtile.kernels.decode import DECODE_SHAPES, SMEM_LIMIT, decode_smem
+    for item in (2, 4):
+        for d in (64, 128, 256):
+            assert any(decode_smem(64, n, st, d, d, item) <= SMEM_LIMIT
+                       for n, _, st in DECODE_SHAPES), (item, d)
 
 
 def test_num_splits_heuristic():

@@ -329,16 +329,19 @@ def decode_config(block_n: int, warps: int, stages: int) -> triton.Config:
                          pre_hook=_size_descriptors)
 
 
+# (BLOCK_N, num_warps, num_stages). First (the untuned default): 128-key tiles, 3 stages, i.e.
+# ~190 KB of K/V in shared memory and one program per SM with two tiles always in flight: the
+# best at (1, 32k) and (8, 8k) on the H200 (docs/perf.md, session 7). Last: small enough for
+# any head dim up to 256 in fp32 (~155 KB).
+DECODE_SHAPES = [(128, 4, 3), (64, 4, 3), (64, 4, 2), (128, 4, 2), (64, 4, 4), (32, 4, 4),
+                 (64, 8, 3), (32, 4, 2)]
+
+
 def _decode_configs():
     if interpreting():
         # The interpreter fails with more than one config ("0 active drivers"): pin one.
         return [decode_config(16, 4, 1)]
-    # First (the untuned default): 128-key tiles, 3 stages, i.e. ~190 KB of K/V in shared
-    # memory and one program per SM with two tiles always in flight: the best at (1, 32k) and
-    # (8, 8k) on the H200 (docs/perf.md, session 7).
-    return [decode_config(n, w, s)
-            for (n, w, s) in [(128, 4, 3), (64, 4, 3), (64, 4, 2), (128, 4, 2), (64, 4, 4),
-                              (32, 4, 4), (64, 8, 3)]]
+    return [decode_config(n, w, s) for (n, w, s) in DECODE_SHAPES]
 
 
 def decode_smem(block_m: int, block_n: int, stages: int, head_d: int, head_dv: int,
@@ -355,10 +358,9 @@ def _prune_decode_configs(configs, named_args, **kwargs):
     head_d, head_dv = kwargs.get("HEAD_D", 128), kwargs.get("HEAD_DV", 128)
     item = named_args["K"].element_size() if "K" in named_args else 2
     block_m = kwargs.get("BLOCK_M", 16)
-    keep = [c for c in configs
-            if decode_smem(block_m, c.kwargs["BLOCK_N"], c.num_stages, head_d, head_dv, item)
-            <= SMEM_LIMIT]
-    keep = keep or configs[-1:]
+    def smem(c):
+        return decode_smem(block_m, c.kwargs["BLOCK_N"], c.num_stages, head_d, head_dv, item)
+    keep = [c for c in configs if smem(c) <= SMEM_LIMIT] or [min(configs, key=smem)]
     return keep if autotune_enabled() else keep[:1]
 
 
