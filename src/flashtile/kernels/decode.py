@@ -119,6 +119,7 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
             else:
                 tile_row = desc_row + start_n
             k = k_desc.load([tile_row, k_col])
+        # (plain loads mask the head dim only when it is padded: see common.load_tile for why)
         elif MASKED and EVEN_D:
             k = tl.load(k_ptrs, mask=in_seq[:, None], other=0.0)
         elif MASKED:
