@@ -52,6 +52,9 @@ def main() -> int:
     p.add_argument("--gpu", action="store_true",
                    help="on a GPU machine: real launches; a host-bound call's wall time is its "
                         "host time (the GPU runs behind)")
+    p.add_argument("--check-plans", action="store_true",
+                   help="decode: launches replayed from a plan (FLASHTILE_LAUNCH_PLANS=1) equal "
+                        "the ones the full path makes, over a set of call variants")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
@@ -64,6 +67,8 @@ def main() -> int:
     from flashtile import flex, interface, kvcache
     interface.resolve = kvcache.resolve = flex.resolve = lambda device: "triton"   # GPU path
 
+    if args.check_plans:
+        return check_plans()
     if args.what == "decode":
         from flashtile.kernels import decode
         from flashtile.kvcache import flash_attn_with_kvcache
@@ -123,6 +128,119 @@ def main() -> int:
         prof.disable()
         pstats.Stats(prof).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(25)
     return 0
+
+
+def check_plans() -> int:
+    """Every decode variant below is called on two sets of tensors of the same layout, with
+    plans off, then on (the first call records a plan, the second replays it); the launches
+    (kernel, grid, every argument: the call's own tensors by address, the buffers it allocates
+    by layout) must be the same with and without plans."""
+    from flashtile.kernels import decode
+    from flashtile.kvcache import flash_attn_with_kvcache
+
+    seen = []
+
+    def record(self):
+        _no_launch(self)
+        # (grid, then every kernel argument; stream, function, metadata and hooks left out)
+        self._run = lambda *a: seen.append((self.hash, a[:3] + a[9:]))
+    triton_compiler.CompiledKernel._init_handles = record
+
+    def inputs(b, cache, variant):
+        q = torch.randn(b, 1, 32, 128, dtype=torch.bfloat16)
+        if variant == "misaligned q":                        # data_ptr % 16 == 2
+            q = torch.randn(q.numel() + 1, dtype=torch.bfloat16)[1:].view(q.shape)
+        kc = torch.randn(b, cache, 8, 128, dtype=torch.bfloat16)
+        kw = dict(cache_seqlens=torch.full((b,), cache - 8, dtype=torch.int32))
+        if variant == "paged":
+            kc = torch.randn(b * cache // 256, 256, 8, 128, dtype=torch.bfloat16)
+            kw["block_table"] = torch.randperm(b * cache // 256).to(torch.int32).view(b, -1)
+        if variant == "leftpad + window + softcap + alibi":
+            kw.update(cache_leftpad=torch.full((b,), 3, dtype=torch.int32), window_size=(64, 0),
+                      softcap=20.0, alibi_slopes=torch.rand(32))
+        if variant == "batch_idx":
+            kc = torch.randn(b + 1, cache, 8, 128, dtype=torch.bfloat16)
+            kw["cache_batch_idx"] = torch.arange(b, 0, -1).to(torch.int32)
+        return q, kc, torch.randn_like(kc), kw
+
+    def launches(call):
+        seen.clear()
+        call()
+        own = {t.data_ptr() for t in call.tensors}
+        return [(h, [(tuple(v.shape), v.stride(), v.dtype, v.data_ptr() if v.data_ptr() in own
+                      else None) if isinstance(v, torch.Tensor) else v for v in a])
+                for h, a in seen]
+
+    failures = 0
+    for b, cache in ((1, 4096), (16, 1024)):                 # split + combine; one kernel
+        for variant in ("plain", "misaligned q", "paged", "leftpad + window + softcap + alibi",
+                        "batch_idx"):
+            calls = []
+            for _ in range(2):                               # the recording call's, the replay's
+                q, kc, vc, kw = inputs(b, cache, variant)
+
+                def call(q=q, kc=kc, vc=vc, kw=kw):
+                    flash_attn_with_kvcache(q, kc, vc, causal=True, **kw)
+                call.tensors = [q, kc, vc, *(t for t in kw.values()
+                                             if isinstance(t, torch.Tensor))]
+                calls.append(call)
+            os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+            full = [launches(call) for call in calls]
+            os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+            planned = [launches(call) for call in calls]      # records, then replays
+            ok = full == planned and len(full[0]) == (2 if b == 1 else 1)
+            failures += not ok
+            print(f"plans b{b} L{cache} {variant}: {'same launches' if ok else 'DIFFERENT'} "
+                  f"({len(full[0])} kernels, {len(decode._PLANS)} plans)")
+    # Calls that differ from a recorded one in a single argument must not replay its plan.
+    q, kc, vc, kw = inputs(1, 4096, "plain")
+    changes = {"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
+               "scale": dict(softmax_scale=0.05), "alibi": dict(alibi_slopes=torch.rand(32)),
+               "not causal": dict(causal=False), "3 splits": dict(num_splits=3),
+               "leftpad": dict(cache_leftpad=torch.full((1,), 3, dtype=torch.int32)),
+               "shorter cache": dict(cache_seqlens=10)}
+    for name, change in changes.items():
+        def base():
+            flash_attn_with_kvcache(q, kc, vc, causal=True, **kw)
+
+        def changed():
+            flash_attn_with_kvcache(q, kc, vc, **{"causal": True, **kw, **change})
+        base.tensors = changed.tensors = [q, kc, vc, kw["cache_seqlens"], *(
+            t for t in change.values() if isinstance(t, torch.Tensor))]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+        full = launches(changed)
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+        launches(base)
+        ok = launches(changed) == full
+        failures += not ok
+        print(f"plans, one argument changed ({name}): "
+              f"{'launched as without plans' if ok else 'DIFFERENT'}")
+    plans = len(decode._PLANS)
+    alive = _tensors_kept_alive(lambda: inputs(2, 4096, "plain"), forget=seen.clear)
+    failures += len(decode._PLANS) != plans + 1              # (a new signature: recorded)
+    failures += alive > 0
+    print(f"plans keep {alive} of the call's tensors alive")
+    return 1 if failures else 0
+
+
+def _tensors_kept_alive(make_inputs, forget) -> int:
+    """How many of a planned call's tensors outlive the call (a plan must keep none: a cache of
+    gigabytes, say). ``forget`` drops this tool's own record of the launches."""
+    import gc
+    import weakref
+
+    from flashtile.kvcache import flash_attn_with_kvcache
+
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+    refs = []
+    for _ in range(2):                           # the call that records, the one that replays
+        q, kc, vc, kw = make_inputs()
+        flash_attn_with_kvcache(q, kc, vc, **kw)
+        refs += [weakref.ref(t) for t in (q, kc, vc, kw["cache_seqlens"])]
+        del q, kc, vc, kw
+    forget()
+    gc.collect()
+    return sum(r() is not None for r in refs)
 
 
 if __name__ == "__main__":
