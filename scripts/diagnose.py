@@ -51,6 +51,12 @@ import flashtile
 from flashtile import masks
 from flashtile.bench.timing import capture_graph, cold_clean_ms, flushed_median_ms
 
+sys.path.insert(0, str(Path(__file__).parent))
+import feature_bench as fb  # noqa: E402  (the bench's own sizes, lengths and FLOP counts)
+
+# Issue 5's decoding points (batch, cache length), as the feature bench runs them
+DECODE_POINTS = fb.Sizes().decode_cases
+
 DEV = "cuda"
 BF16 = torch.bfloat16
 
@@ -122,7 +128,7 @@ def decode_inputs(batch: int, n: int, hq: int = 32, hkv: int = 8, d: int = 128):
 def decode(res: dict) -> None:
     from flashtile.kernels import decode as dec
     hq, hkv, d = 32, 8, 128
-    for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
+    for batch, n in DECODE_POINTS:
         q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
 
         def graph_ms(fn):
@@ -132,7 +138,7 @@ def decode(res: dict) -> None:
         auto = dec.resolve_num_splits(0, batch, hkv, hq // hkv, n, q.device)
         row = {"sdpa_ms": sdpa, "auto_splits": auto, "splits": {}}
         for s in sorted({1, 2, 4, 8, 12, 16, 24, 32, 48, 64, auto}):
-            if s > 1 and batch * hkv * s > 8 * 264:
+            if s > 1 and batch * hkv * s > 16 * dec.sm_count(q.device):   # > 16 waves
                 continue
             t = graph_ms(lambda s=s: flashtile.flash_attn_with_kvcache(
                 q, kc, vc, cache_seqlens=lens, num_splits=s))
@@ -155,7 +161,7 @@ def decode_layout(res: dict) -> None:
     Graph replays, clean flush, the split heuristic and the autotuner as users run them; then
     the kernel times at (1, 32k)."""
     hq, hkv, d = 32, 8, 128
-    for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
+    for batch, n in DECODE_POINTS:
         q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
         qs = q.transpose(1, 2).contiguous()
         lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
@@ -193,10 +199,11 @@ SWEEP_CONFIGS = [tuple(int(x) for x in c.split("/")) for c in os.environ.get(
 
 
 def decode_sweep(res: dict) -> None:
-    """The split kernel pinned to one config at a time (BLOCK_N / warps / stages), with plain
-    loads and with TMA loads (``DIAG_MODES``), over split counts, at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768");
-    graph replays after a clean flush, against SDPA in the same run. Then, at the best setting
-    of each point, the combine merging 16 splits per step (the old rule) instead of all."""
+    """The split kernel pinned to one config at a time (BLOCK_N / warps / stages, from
+    ``DIAG_CONFIGS``), with plain loads and with TMA loads (``DIAG_MODES``), over split counts,
+    at the decoding points in ``DIAG_POINTS`` (e.g. "1x32768"); graph replays after a clean
+    flush, against SDPA in the same run. Then, at the best setting of each point, the combine
+    merging 16 splits per step (the old rule) instead of all."""
     from flashtile.kernels import decode as dec
     hq, hkv, d = 32, 8, 128
     points = [tuple(int(x) for x in p.split("x")) for p in
@@ -297,7 +304,7 @@ def decode_flush(res: dict) -> None:
     }
     res["copy_gbps"] = _copy_gbps(flushes["read 512MB"])
     print(f"copy 2 GiB: {res['copy_gbps']:,.0f} GB/s (read + write)")
-    for batch, n in [(1, 32768), (8, 8192), (32, 8192), (64, 4096), (8, 131072)]:
+    for batch, n in DECODE_POINTS:
         res[f"b{batch} L{n}"] = _decode_flush_point(batch, n, hq, hkv, d, flushes)
         torch.cuda.empty_cache()
 
@@ -340,8 +347,6 @@ def decode_once(res: dict) -> None:
 
 
 def varlen(res: dict) -> None:
-    sys.path.insert(0, str(Path(__file__).parent))
-    import feature_bench as fb                     # the bench's own lengths and FLOP counts
     h, d, total = 16, 128, 16384
     lengths = fb.mixed_lengths(total, 256, 4096, 0)
     mean = round(total / len(lengths))

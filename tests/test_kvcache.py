@@ -512,7 +512,7 @@ def test_tma_only_for_layouts_it_can_address(monkeypatch):
     assert not use_tma(torch.randn(1, 1, 4, 96, device=DEVICE, dtype=torch.float16), odd, odd)
 
 
-def test_decode_configs_that_fit():
+def test_decode_configs_that_fit(monkeypatch):
     """The config list's head, 128-key tiles x 3 stages (the measured best at d = 128), fits in
     shared memory in 16 bits and is the untuned default there; at d = 256 or in fp32 it does not
     fit and is dropped."""
@@ -524,13 +524,12 @@ def test_decode_configs_that_fit():
         k = torch.empty(1, 16, 1, d, dtype=dtype)
         return [(c.kwargs["BLOCK_N"], c.num_stages) for c in
                 _prune_decode_configs(configs, {"K": k}, HEAD_D=d, HEAD_DV=d, BLOCK_M=16)]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLASHTILE_AUTOTUNE", "1")
-        assert kept(128, torch.bfloat16) == [(128, 3), (64, 3), (32, 4)]
-        assert kept(256, torch.bfloat16) == [(64, 3), (32, 4)]
-        assert kept(128, torch.float32) == [(64, 3), (32, 4)]
-        mp.setenv("FLASHTILE_AUTOTUNE", "0")
-        assert kept(128, torch.float16) == [(128, 3)]
+    monkeypatch.setenv("FLASHTILE_AUTOTUNE", "1")
+    assert kept(128, torch.bfloat16) == [(128, 3), (64, 3), (32, 4)]
+    assert kept(256, torch.bfloat16) == [(64, 3), (32, 4)]
+    assert kept(128, torch.float32) == [(64, 3), (32, 4)]
+    monkeypatch.setenv("FLASHTILE_AUTOTUNE", "0")
+    assert kept(128, torch.float16) == [(128, 3)]
     # The GPU's list has a config that fits for every dtype and head dim (fp32 at d = 256 too).
     from flashtile.kernels.decode import DECODE_SHAPES, SMEM_LIMIT, decode_smem
     for item in (2, 4):

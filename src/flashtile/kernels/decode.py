@@ -382,15 +382,20 @@ _decode_launch = TunedLaunch(_decode)
 # Launchers
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+def _properties(device_index: int):
+    return torch.cuda.get_device_properties(device_index)
+
+
+def _cuda_properties(device: torch.device):
+    """The CUDA device's properties (read once per device)."""
+    return _properties(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def sm_count(device: torch.device) -> int:
     """Streaming multiprocessors of ``device`` (the H200's 132 when not a CUDA device)."""
     if device.type != "cuda":
         return DEFAULT_SM_COUNT
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return _cuda_properties(device).multi_processor_count
 
 
 def block_m(rows: int) -> int:
@@ -455,11 +460,6 @@ def _descriptors(k_cache: torch.Tensor, v_cache: torch.Tensor):
     return matrix(k_cache), matrix(v_cache)
 
 
-@functools.lru_cache(maxsize=None)
-def _has_tma(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
-
-
 def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
     """Read K/V tiles with TMA (Hopper's copy engine) when the device has it, both caches allow
     it (:func:`_descriptor_ok`, head dims that need no padding) and the call is being captured
@@ -479,8 +479,8 @@ def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bo
     if not interpreting():
         if q.device.type != "cuda":
             return False
-        index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-        if not _has_tma(index) or (mode != "1" and not torch.cuda.is_current_stream_capturing()):
+        if (_cuda_properties(q.device).major < 9                   # TMA: Hopper and later
+                or (mode != "1" and not torch.cuda.is_current_stream_capturing())):
             return False
     head_d, head_dv = k_cache.shape[3], v_cache.shape[3]
     return (padded_headdim(head_d) == head_d and padded_headdim(head_dv) == head_dv
@@ -564,16 +564,23 @@ _PLANS: dict[tuple, _Plan] = {}
 MAX_PLANS = 256
 
 
+def _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst) -> dict:
+    """The tensors a decode call hands its kernels, by role. An absent index tensor is stood in
+    for by ``cache_seqlens``, absent slopes by ``lse``: never read (the kernels' flags say so),
+    only a valid pointer."""
+    seqlens = call.cache_seqlens
+    return {"q": q, "k": k_cache, "v": v_cache, "o_dst": o_dst, "l_dst": l_dst,
+            "out": out, "lse": lse, "seqlens": seqlens,
+            "leftpad": call.leftpad if call.leftpad is not None else seqlens,
+            "batch_idx": call.batch_idx if call.batch_idx is not None else seqlens,
+            "block_table": call.block_table if call.block_table is not None else seqlens,
+            "slopes": params.alibi_slopes if params.alibi_slopes is not None else lse}
+
+
 def _replay(plan: _Plan, q, k_cache, v_cache, call, params):
     out, lse, *partials = (alloc(shape, dtype, q.device) for shape, dtype in plan.buffers)
     o_dst, l_dst = partials if partials else (out, lse)
-    seqlens = call.cache_seqlens
-    tensors = {"q": q, "k": k_cache, "v": v_cache, "o_dst": o_dst, "l_dst": l_dst,
-               "out": out, "lse": lse, "seqlens": seqlens,
-               "leftpad": call.leftpad if call.leftpad is not None else seqlens,
-               "batch_idx": call.batch_idx if call.batch_idx is not None else seqlens,
-               "block_table": call.block_table if call.block_table is not None else seqlens,
-               "slopes": params.alibi_slopes if params.alibi_slopes is not None else lse}
+    tensors = _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst)
     for launch in plan.launches:
         launch(tensors)
     return out, lse
@@ -595,7 +602,8 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     was seen before skips the argument building and Triton's argument binding: it allocates
     the outputs and relaunches the recorded kernels with this call's tensors."""
     record = None
-    if plans_enabled() and not interpreting() and not use_tma(q, k_cache, v_cache):
+    tma = use_tma(q, k_cache, v_cache)
+    if plans_enabled() and not interpreting() and not tma:
         from triton import knobs
 
         if not _hooked(knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
@@ -624,19 +632,15 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         l_strides = (lse.stride(0), 0, lse.stride(1))
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
-    seqlens = call.cache_seqlens
     HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
     score = score_args(params)
     score.pop("HAS_ALIBI")
-    tma = use_tma(q, k_cache, v_cache)
     k_desc, v_desc = _descriptors(k_cache, v_cache) if tma else (k_cache, v_cache)
+    tensors = _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst)
     split_grid = (splits, n_mblocks * nheads_kv, batch)
     split_args = (
-        q, k_cache, v_cache, o_dst, l_dst, seqlens,
-        call.leftpad if call.leftpad is not None else seqlens,
-        call.batch_idx if call.batch_idx is not None else seqlens,
-        call.block_table if call.block_table is not None else seqlens,
-        slopes if slopes is not None else lse,
+        *(tensors[role] for role in ("q", "k", "v", "o_dst", "l_dst", "seqlens", "leftpad",
+                                     "batch_idx", "block_table", "slopes")),
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides,
         call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
         seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
