@@ -121,8 +121,12 @@ def sparse(res: dict) -> None:
 def decode_inputs(batch: int, n: int, hq: int = 32, hkv: int = 8, d: int = 128):
     """One decoding step's inputs, full caches of ``n`` slots: ``q, k_cache, v_cache, lens``,
     the K+V bytes, and SDPA's ``(b, h, s, d)`` contiguous copies ``(qs, ks, vs)``."""
-    q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
-    return q, kc, vc, lens, nbytes, (qs, ks, vs)
+    q = torch.randn(batch, 1, hq, d, device=DEV, dtype=BF16)
+    kc = torch.randn(batch, n, hkv, d, device=DEV, dtype=BF16)
+    vc = torch.randn_like(kc)
+    lens = torch.full((batch,), n, dtype=torch.int32, device=DEV)
+    nbytes = 2 * kc.numel() * kc.element_size()
+    return q, kc, vc, lens, nbytes, tuple(t.transpose(1, 2).contiguous() for t in (q, kc, vc))
 
 
 def decode(res: dict) -> None:
