@@ -22,6 +22,15 @@ def _seed():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _fresh_launch_plans():
+    """Each test records its own decode launch plans: a test that patches the decode module
+    (split merge width, SM count) must not replay a plan recorded under another test's patch."""
+    from flashtile.kernels import decode
+    decode._PLANS.clear()
+    yield
+
+
 @pytest.fixture(params=["triton", "torch"])
 def backend(request):
     """Run a test once on the Triton kernels (interpreted without a GPU) and once on the torch
