@@ -272,53 +272,6 @@ def decode_sweep(res: dict) -> None:
     dec._decode_launch.chosen.clear()
 
 
-def decode_lean(res: dict) -> None:
-    """The lean schedule against the plain split grid (``FLASHTILE_DECODE_LEAN=1`` / ``=0``)
-    and SDPA at issue 5's points, contiguous and paged (256-slot pages), graph replays after a
-    clean flush, untuned default config; each variant timed ``DIAG_REPEATS`` times in turn
-    (the median kept) so that drift hits all alike. Then the kernel times of both schedules."""
-    from flashtile.kernels import decode as dec
-    hq, hkv, d = 32, 8, 128
-    repeats = int(os.environ.get("DIAG_REPEATS", "3"))
-    for batch, n in DECODE_POINTS:
-        q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
-        *_, pk, pv, table = fb.decode_inputs(batch, n, hq, hkv, d, BF16, DEV, 256, 0)
-
-        def step(k_cache, v_cache, **kw):
-            return lambda: flashtile.flash_attn_with_kvcache(q, k_cache, v_cache,
-                                                             cache_seqlens=lens, **kw)
-        variants = {"sdpa": lambda: F.scaled_dot_product_attention(qs, ks, vs, enable_gqa=True)}
-        for mode in ("0", "1"):
-            os.environ["FLASHTILE_DECODE_LEAN"] = mode
-            tag = "lean" if mode == "1" else "split"
-            variants[tag] = captured(step(kc, vc))
-            variants[tag + " paged"] = captured(step(pk, pv, block_table=table))
-        variants["sdpa"] = captured(variants["sdpa"])
-        times = defaultdict(list)
-        for _ in range(repeats):
-            for tag, fn in variants.items():
-                times[tag].append(cold_clean_ms(fn) * 1e3)
-        us = {tag: sorted(t)[len(t) // 2] for tag, t in times.items()}
-        os.environ["FLASHTILE_DECODE_LEAN"] = "1"
-        lean_kernels = kernel_times(step(kc, vc))
-        os.environ["FLASHTILE_DECODE_LEAN"] = "0"
-        split_kernels = kernel_times(step(kc, vc))
-        row = {"us": us, "all_us": dict(times), "gbps": {t: nbytes / u / 1e3 for t, u in us.items()},
-               "kernels_lean": lean_kernels, "kernels_split": split_kernels,
-               "programs": dec.lean_programs(0, batch * hkv, dec.resolve_num_splits(
-                   0, batch, hkv, hq // hkv, n, q.device), n, -1, q.device)}
-        res[f"b{batch} L{n}"] = row
-        print(f"decode_lean b{batch} L{n}: " + ", ".join(
-            f"{t} {u:.1f} us {nbytes / u / 1e3:,.0f} GB/s" for t, u in us.items())
-            + f"; lean vs SDPA {us['sdpa'] / us['lean']:.3f}x, split vs SDPA "
-              f"{us['sdpa'] / us['split']:.3f}x; kernels lean "
-            + ", ".join(f"{k_[:20]} {t:.1f}" for k_, t in lean_kernels.items())
-            + "; split " + ", ".join(f"{k_[:20]} {t:.1f}" for k_, t in split_kernels.items()))
-        del pk, pv
-        torch.cuda.empty_cache()
-    os.environ.pop("FLASHTILE_DECODE_LEAN", None)
-
-
 @triton.jit
 def _read_kernel(A, B, SUMS, n_a, n, BLOCK: tl.constexpr):
     """Read ``A`` then ``B`` (flat, ``n_a`` and ``n - n_a`` elements) once; one partial sum per

@@ -115,9 +115,6 @@ def inspect_decode(args, dtype, sink) -> int:
     n, w, st = (int(x) for x in args.decode_config.split(","))
     cfg = triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=st)
     decode._decode_launch = Capture("decode", decode._decode, cfg, sink)
-    decode._lean_launch = Capture("lean", decode._lean, cfg, sink)
-    if args.decode_lean:
-        os.environ["FLASHTILE_DECODE_LEAN"] = "1"
     kvcache.resolve = lambda device: "triton"
     b, hq, hkv, cache = 4, 32, 8, 4096
     q = torch.randn(b, 1, hq, args.d, dtype=dtype)
@@ -131,8 +128,7 @@ def inspect_decode(args, dtype, sink) -> int:
         kc = torch.randn(b, cache, hkv, args.d, dtype=dtype)
     try:
         flashtile.flash_attn_with_kvcache(q, kc, torch.randn_like(kc), cache_seqlens=lens,
-                                          num_splits=0 if args.decode_lean else args.decode_splits,
-                                          **kwargs)
+                                          num_splits=args.decode_splits, **kwargs)
     except Exception as e:                                   # noqa: BLE001
         if not sink:
             raise
@@ -162,8 +158,6 @@ def main() -> int:
     p.add_argument("--decode-config", default="64,4,3", help="BLOCK_N,warps,stages")
     p.add_argument("--decode-splits", type=int, default=1,
                    help="num_splits (> 1: the kernel writes partials for the combine kernel)")
-    p.add_argument("--decode-lean", action="store_true",
-                   help="the lean schedule's kernel (num_splits=0, FLASHTILE_DECODE_LEAN=1)")
     p.add_argument("--page", type=int, default=256)
     p.add_argument("--dump", type=Path)
     args = p.parse_args()

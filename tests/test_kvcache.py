@@ -383,100 +383,6 @@ def test_split_counts_agree(backend, monkeypatch):
         assert max_err(out, outs[0][0]) < 1e-5 and max_err(lse, outs[0][1]) < 1e-5
 
 
-@pytest.fixture
-def lean(monkeypatch):
-    """The Triton path with the lean schedule forced on over a given number of SMs (few, so
-    that spans cut items at many places in small caches); no launch plans (the SM count is
-    not part of a plan's key: it is fixed per device)."""
-    from flashtile.kernels import decode
-
-    monkeypatch.setenv("FLASHTILE_DECODE_LEAN", "1")
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
-    flashtile.set_backend("triton")
-
-    def over(sms):
-        monkeypatch.setattr(decode, "sm_count", lambda device: sms)
-        return decode
-    yield over
-    flashtile.set_backend(None)
-
-
-LEAN_CASES = ["decode-mqa4", "sq3-causal-split3", "softcap", "alibi-bh-split3", "leftpad-causal",
-              "batch-idx", "paged16", "paged32-leftpad", "rotary-partial", "headdim-40-fp16",
-              "empty-rows", "empty-cache"]
-
-
-@pytest.mark.parametrize("name", LEAN_CASES, ids=LEAN_CASES)
-def test_lean_schedule_matrix(lean, name):
-    """The lean schedule (units of the cache dealt to one program per SM, cut items merged by
-    the lean combine) against the float64 reference, with every fusion feature it serves."""
-    decode = lean(3)
-    case = replace(CASES[name], num_splits=0)
-    if GPU and case.dtype == torch.float32:
-        case = replace(case, dtype=torch.float16)
-    items = case.batch * case.hkv
-    assert decode.lean_programs(0, items, 1, case.capacity, -1, torch.device(DEVICE)) == 3
-    calls = []
-    real = decode._lean_combine_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            calls.append(grid)
-            return real[grid]
-    decode._lean_combine_kernel = Spy()
-    try:
-        check_case(case)
-    finally:
-        decode._lean_combine_kernel = real
-    assert calls == [(items, 1, 1)]                                     # the lean path ran
-
-
-@pytest.mark.parametrize("rows", ["gqa2", "two-row-blocks"])
-def test_lean_equals_one_split(lean, rows):
-    """Over 1 to 29 SMs the spans cut the items at every kind of place (an item split over many
-    programs, a program covering several items whole, items cut at both ends): the lean result
-    equals the unsplit one up to the merge's rounding. ``two-row-blocks``: 32 query heads on one
-    KV head x 3 queries = 96 packed rows, two row blocks per item."""
-    hq, hkv, sq = (4, 2, 1) if rows == "gqa2" else (32, 1, 3)
-    case = Case(capacity=400, lens=[100, 300, 7], hq=hq, hkv=hkv, seqlen_q=sq, seqlen_new=sq,
-                causal=True, num_splits=1, dtype=torch.float16 if GPU else torch.float32)
-    base = make_inputs(case)
-
-    def fresh(splits):
-        return replace(base, k_cache=base.k_cache.clone(), v_cache=base.v_cache.clone(),
-                       kwargs={**base.kwargs, "num_splits": splits})
-    want = run(fresh(1))
-    tol = 2e-3 if GPU else 1e-5
-    for sms in (1, 2, 3, 7, 13, 29):
-        lean(sms)
-        out, lse = run(fresh(0))
-        assert max_err(out, want[0]) < tol and max_err(lse, want[1]) < tol, sms
-
-
-def test_lean_schedule_choice(monkeypatch):
-    """Lean when the heuristic's grid leaves SMs idle and there is work to deal out; never with
-    an explicit split count or a left window; FLASHTILE_DECODE_LEAN switches it."""
-    from flashtile.kernels import decode
-
-    monkeypatch.setattr(decode, "sm_count", lambda device: 132)
-    monkeypatch.setattr(decode, "lean_unit", lambda: 128)
-    monkeypatch.delenv("FLASHTILE_DECODE_LEAN", raising=False)
-    cpu = torch.device("cpu")
-    assert decode.wave_efficiency(256, 132) == 256 / 264
-    assert decode.wave_efficiency(264, 132) == 1.0
-    assert decode.lean_programs(0, 256, 1, 8192, -1, cpu) == 132          # (32, 8k): 1.94 waves
-    assert decode.lean_programs(0, 512, 1, 4096, -1, cpu) == 132          # (64, 4k): 3.88 waves
-    assert decode.lean_programs(0, 8, 16, 32768, -1, cpu) == 132          # (1, 32k): 128 of 132
-    assert decode.lean_programs(0, 264, 1, 8192, -1, cpu) == 0            # full waves already
-    assert decode.lean_programs(0, 8, 1, 256, -1, cpu) == 0               # too little work
-    assert decode.lean_programs(3, 256, 3, 8192, -1, cpu) == 0            # splits requested
-    assert decode.lean_programs(0, 256, 1, 8192, 512, cpu) == 0           # a left window
-    monkeypatch.setenv("FLASHTILE_DECODE_LEAN", "0")
-    assert decode.lean_programs(0, 256, 1, 8192, -1, cpu) == 0
-    monkeypatch.setenv("FLASHTILE_DECODE_LEAN", "1")
-    assert decode.lean_programs(0, 264, 1, 8192, -1, cpu) == 132
-
-
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged16"])
 def test_strided_inputs(backend, paged):
     """Views with only the last dim contiguous: k_cache/v_cache interleaved in one KV buffer,
@@ -803,18 +709,7 @@ def test_gpu_decode_bandwidth_helper():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("name", list(GPU_CASES), ids=list(GPU_CASES))
-def test_gpu_decode_lean(lean, name, dtype):
-    """The lean schedule forced on (the windowed case keeps the plain grid) over the H200's
-    SMs."""
-    lean(torch.cuda.get_device_properties(0).multi_processor_count)
-    check_case(replace(GPU_CASES[name], dtype=dtype, num_splits=0))
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("splits", [7, 0], ids=["split7", "lean"])
-def test_gpu_decode_graph_replay(monkeypatch, splits):
+def test_gpu_decode_graph_replay(monkeypatch):
     """Split decoding (split kernel + combine kernel) captured in a CUDA graph gives the eager
     answer bitwise, replay after replay, also after new cache lengths are written between
     replays (the split count is fixed at capture, the lengths are read by the kernels). On
@@ -831,11 +726,7 @@ def test_gpu_decode_graph_replay(monkeypatch, splits):
     monkeypatch.setattr(decode, "use_tma", spy)
 
     case = replace(GPU_CASES["b4-S4096-h32/8-d128-split0"], dtype=torch.bfloat16, seqlen_new=0,
-                   num_splits=splits)
-    items = case.batch * case.hkv                       # 0: 32 items -> 4 splits -> lean
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert (decode.lean_programs(splits, items, 4, case.capacity, -1, torch.device("cuda"))
-            == (0 if splits or sms % 32 == 0 else sms))
+                   num_splits=7)
     inp = make_inputs(case)
     kwargs = {k: v for k, v in inp.kwargs.items() if k != "return_softmax_lse"}
 

@@ -156,35 +156,35 @@ def _decode_tiles(acc, l_i, m_i, q, K, V, k_head, v_head, table_row, start, stop
     return acc, l_i, m_i
 
 
-@triton.jit
-def _item_rows(start_m, group, seqlen_q, BLOCK_M: tl.constexpr):
-    """Packed rows ``start_m + [0, BLOCK_M)`` of a (sequence, KV head): query index, query head
-    (relative to the KV head's first) and which rows exist."""
-    offs_r = start_m + tl.arange(0, BLOCK_M)
-    return offs_r // group, offs_r % group, offs_r < group * seqlen_q
-
-
-@triton.jit
-def _attend_item(Q, K, V, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
-                 stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                 stride_vb, stride_vs, stride_vh, stride_bt, stride_slope_b,
-                 seqlen_q, seqlen_new, group, head_d, head_dv, window_left, window_right,
-                 qk_scale, softcap_log2, k_desc, v_desc, slots,
-                 off_b, off_hkv, start_m, split, num_splits, slot_lo, slot_hi,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
-                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                 PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-                 HAS_LEFTPAD: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                 HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, TMA: tl.constexpr,
-                 PRECISION: tl.constexpr):
-    """Attention of one work item: packed rows ``[start_m, start_m + BLOCK_M)`` of sequence
-    ``off_b``'s KV head ``off_hkv`` over split ``split`` of ``num_splits`` of its visible tiles,
-    restricted to slots ``[slot_lo, slot_hi)``. Returns the normalised output
-    ``(BLOCK_M, HEAD_DV)`` and the LSE in the log2 domain (``-inf``, output 0, for rows that
-    saw no key)."""
+@triton.jit(do_not_specialize=NO_SPECIALIZE)
+def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
+                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
+                   stride_vb, stride_vs, stride_vh, stride_ob, stride_osplit, stride_os,
+                   stride_oh, stride_lb, stride_lsplit, stride_lh, stride_bt, stride_slope_b,
+                   seqlen_q, seqlen_new, group, head_d, head_dv, num_splits,
+                   window_left, window_right, qk_scale, softcap_log2, kv_bucket,
+                   k_desc, v_desc, slots,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
+                   HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
+                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
+                   HAS_LEFTPAD: tl.constexpr,
+                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
+                   HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    # Grid: (split, mblock + n_mblocks * kv_head, batch).
+    off_split = tl.program_id(0)
+    pid_mh = tl.program_id(1)
+    off_b = tl.program_id(2)
+    n_rows = group * seqlen_q
+    n_mblocks = tl.cdiv(n_rows, BLOCK_M)
+    off_hkv = pid_mh // n_mblocks
+    start_m = (pid_mh % n_mblocks) * BLOCK_M
     off_b64 = off_b.to(tl.int64)
-    offs_i, offs_g, row_ok = _item_rows(start_m, group, seqlen_q, BLOCK_M)
-    offs_h = off_hkv * group + offs_g                                    # query head
+
+    offs_r = start_m + tl.arange(0, BLOCK_M)                             # packed rows
+    offs_i = offs_r // group                                             # query index
+    offs_h = off_hkv * group + offs_r % group                            # query head
+    row_ok = offs_r < n_rows
     offs_d = tl.arange(0, HEAD_D)
     offs_dv = tl.arange(0, HEAD_DV)
     q_ptrs = (Q + off_b64 * stride_qb + offs_i.to(tl.int64)[:, None] * stride_qs
@@ -220,15 +220,13 @@ def _attend_item(Q, K, V, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
     k_col = off_hkv * stride_kh
     v_col = off_hkv * stride_vh
 
-    # Visible tiles, then this split's slice of them, then the slot window.
-    row_hi = (tl.minimum(start_m + BLOCK_M, group * seqlen_q) - 1) // group
+    # Visible tiles, then this split's slice of them.
+    row_hi = (tl.minimum(start_m + BLOCK_M, n_rows) - 1) // group
     a, b, c, d = tile_ranges(start_m // group, row_hi, key_start, key_end, diag_off,
-                             window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+                                  window_left, window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
     tiles_per_split = tl.cdiv((d - a) // BLOCK_N, num_splits)
-    lo = a + split * tiles_per_split * BLOCK_N
+    lo = a + off_split * tiles_per_split * BLOCK_N
     hi = tl.minimum(lo + tiles_per_split * BLOCK_N, d)
-    lo = tl.maximum(lo, slot_lo)
-    hi = tl.minimum(hi, slot_hi)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -262,175 +260,16 @@ def _attend_item(Q, K, V, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
-    return out, lse2
-
-
-@triton.jit
-def _store_rows(O, LSE, off_b, off_hkv, start_m, out, lse2, group, seqlen_q, head_dv,
-                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, keep,
-                BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr):
-    """Store an item's rows into ``O`` ``(.., sq, hq, dv)`` and ``LSE`` ``(.., hq, sq)`` at
-    sequence ``off_b`` (pointers already moved to the split, if any); ``keep``: whether to."""
-    offs_i, offs_g, row_ok = _item_rows(start_m, group, seqlen_q, BLOCK_M)
-    offs_h = (off_hkv * group + offs_g).to(tl.int64)
-    offs_dv = tl.arange(0, HEAD_DV)
-    row_ok = row_ok & keep
-    off_b64 = off_b.to(tl.int64)
-    o_ptrs = (O + off_b64 * stride_ob + offs_i.to(tl.int64)[:, None] * stride_os
-              + offs_h[:, None] * stride_oh + offs_dv[None, :])
-    tl.store(o_ptrs, out.to(O.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
-    tl.store(LSE + off_b64 * stride_lb + offs_h * stride_lh + offs_i, lse2, mask=row_ok)
-
-
-@triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
-                   stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                   stride_vb, stride_vs, stride_vh, stride_ob, stride_osplit, stride_os,
-                   stride_oh, stride_lb, stride_lsplit, stride_lh, stride_bt, stride_slope_b,
-                   seqlen_q, seqlen_new, group, head_d, head_dv, num_splits,
-                   window_left, window_right, qk_scale, softcap_log2, kv_bucket,
-                   k_desc, v_desc, slots,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
-                   HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                   PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-                   HAS_LEFTPAD: tl.constexpr,
-                   HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                   HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr,
-                   PRECISION: tl.constexpr):
-    # Grid: (split, mblock + n_mblocks * kv_head, batch).
-    off_split = tl.program_id(0)
-    pid_mh = tl.program_id(1)
-    off_b = tl.program_id(2)
-    n_mblocks = tl.cdiv(group * seqlen_q, BLOCK_M)
-    off_hkv = pid_mh // n_mblocks
-    start_m = (pid_mh % n_mblocks) * BLOCK_M
-    out, lse2 = _attend_item(
-        Q, K, V, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
-        stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-        stride_vb, stride_vs, stride_vh, stride_bt, stride_slope_b,
-        seqlen_q, seqlen_new, group, head_d, head_dv, window_left, window_right,
-        qk_scale, softcap_log2, k_desc, v_desc, slots,
-        off_b, off_hkv, start_m, off_split, num_splits, 0, 2147483647,
-        BLOCK_M, BLOCK_N, HEAD_D, HEAD_DV, EVEN_D, EVEN_DV, PAGED, PAGE_SIZE, HAS_BATCH_IDX,
-        HAS_LEFTPAD, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, TMA, PRECISION)
     if not SPLIT:
         lse2 = lse2 * LN2_K                                # final: natural log
-    off_split64 = off_split.to(tl.int64)
-    _store_rows(O + off_split64 * stride_osplit, LSE + off_split64 * stride_lsplit, off_b,
-                off_hkv, start_m, out, lse2, group, seqlen_q, head_dv,
-                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, True, BLOCK_M, HEAD_DV)
-
-
-@triton.jit
-def _lean_span(program, programs, total_units):
-    """First global unit of ``program`` when ``total_units`` are dealt to ``programs`` in
-    contiguous, near-equal spans: ``floor(program * total_units / programs)``."""
-    return program.to(tl.int64) * total_units // programs
-
-
-@triton.jit(do_not_specialize=NO_SPECIALIZE + ["n_units", "programs"])
-def _lean_kernel(Q, K, V, O, LSE, O_PART, LSE_PART, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE,
-                 SLOPES, stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                 stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
-                 stride_lb, stride_lh, stride_bt, stride_slope_b,
-                 seqlen_q, seqlen_new, group, head_d, head_dv,
-                 window_left, window_right, qk_scale, softcap_log2, kv_bucket,
-                 k_desc, v_desc, slots, nheads_kv, n_units, unit, total_units, programs,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
-                 HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                 PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_BATCH_IDX: tl.constexpr,
-                 HAS_LEFTPAD: tl.constexpr,
-                 HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
-                 HAS_ALIBI: tl.constexpr, TMA: tl.constexpr, PRECISION: tl.constexpr):
-    """Balanced split-KV ("lean" schedule). Work items (sequence, KV head, row block) are cut
-    into ``n_units`` units of ``unit`` slots each (by the cache capacity), the
-    ``total_units = items * n_units`` units are laid end to end and dealt to ``programs``
-    programs (one per SM) in contiguous spans of near-equal length, so every SM streams the
-    same number of K/V bytes and no wave is left part-empty. An item a program covers whole is
-    written to ``O``/``LSE`` directly; a span cuts at most two items, its first and its last:
-    their partial rows go to slot 0 (the first) or 1 (the last) of the program's
-    ``(programs, 2, BLOCK_M, HEAD_DV)`` partial buffers, which :func:`_lean_combine_kernel`
-    merges."""
-    program = tl.program_id(0)
-    g0 = _lean_span(program, programs, total_units)
-    g1 = _lean_span(program + 1, programs, total_units)
-    first = (g0 // n_units).to(tl.int32)
-    last = ((g1 - 1) // n_units).to(tl.int32)
-    n_mblocks = tl.cdiv(group * seqlen_q, BLOCK_M)
-    items_per_b = nheads_kv * n_mblocks
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, HEAD_DV)
-    for item in range(first, last + 1):
-        # (first + offset: a loop variable is a Python int under the interpreter)
-        unit0 = (first.to(tl.int64) + (item - first)) * n_units
-        u_lo = (tl.maximum(g0, unit0) - unit0).to(tl.int32)
-        u_hi = (tl.minimum(g1, unit0 + n_units) - unit0).to(tl.int32)
-        off_b = item // items_per_b
-        pid_mh = item % items_per_b
-        off_hkv = pid_mh // n_mblocks
-        start_m = (pid_mh % n_mblocks) * BLOCK_M
-        out, lse2 = _attend_item(
-            Q, K, V, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SLOPES,
-            stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-            stride_vb, stride_vs, stride_vh, stride_bt, stride_slope_b,
-            seqlen_q, seqlen_new, group, head_d, head_dv, window_left, window_right,
-            qk_scale, softcap_log2, k_desc, v_desc, slots,
-            off_b, off_hkv, start_m, 0, 1, u_lo * unit, u_hi * unit,
-            BLOCK_M, BLOCK_N, HEAD_D, HEAD_DV, EVEN_D, EVEN_DV, PAGED, PAGE_SIZE, HAS_BATCH_IDX,
-            HAS_LEFTPAD, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, TMA, PRECISION)
-        whole = (u_lo == 0) & (u_hi == n_units)
-        _store_rows(O, LSE, off_b, off_hkv, start_m, out, lse2 * LN2_K, group, seqlen_q,
-                    head_dv, stride_ob, stride_os, stride_oh, stride_lb, stride_lh, whole,
-                    BLOCK_M, HEAD_DV)
-        row = (program.to(tl.int64) * 2 + (item != first).to(tl.int64)) * BLOCK_M + offs_m
-        part = ~whole
-        tl.store(O_PART + row[:, None] * HEAD_DV + offs_dv[None, :], out,
-                 mask=part & (offs_dv[None, :] < HEAD_DV))
-        tl.store(LSE_PART + row, lse2, mask=part & (offs_m < BLOCK_M))
-
-
-@triton.jit(do_not_specialize=["seqlen_q", "group", "head_dv", "n_units", "programs"])
-def _lean_combine_kernel(O_PART, LSE_PART, O, LSE, stride_ob, stride_os, stride_oh,
-                         stride_lb, stride_lh, seqlen_q, group, nheads_kv, head_dv,
-                         n_units, total_units, programs,
-                         BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr):
-    """One program per work item of :func:`_lean_kernel`: an item cut between programs
-    ``p_a < ... < p_b`` is merged from their partial rows (slot 0, except in ``p_a`` when the
-    item is not ``p_a``'s first); an item one program covered whole was written already."""
-    item = tl.program_id(0)
-    unit0 = item.to(tl.int64) * n_units
-    # The program holding global unit g: the largest p with floor(p * total / programs) <= g.
-    p_a = (((unit0 + 1) * programs - 1) // total_units).to(tl.int32)
-    p_b = (((unit0 + n_units) * programs - 1) // total_units).to(tl.int32)
-    cut = p_a != p_b
-    a_first = _lean_span(p_a, programs, total_units) == unit0
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_dv = tl.arange(0, HEAD_DV)
-    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
-    for p in range(p_a, tl.where(cut, p_b + 1, p_a)):     # (p: a Python int when interpreted)
-        slot = tl.where((p == p_a) & ~a_first, 1, 0)
-        row = ((p_a.to(tl.int64) + (p - p_a)) * 2 + slot) * BLOCK_M + offs_m
-        lse_s = tl.load(LSE_PART + row)
-        o_s = tl.load(O_PART + row[:, None] * HEAD_DV + offs_dv[None, :])
-        m_new = tl.maximum(m, lse_s)
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        w = tl.math.exp2(lse_s - m_shift)                                # 0 for empty parts
-        alpha = tl.math.exp2(m - m_shift)
-        acc = acc * alpha[:, None] + w[:, None] * o_s
-        l = l * alpha + w
-        m = m_new
-    empty = l == 0.0
-    out = acc / tl.where(empty, 1.0, l)[:, None]
-    lse = tl.where(empty, float("-inf"), (m + tl.math.log2(tl.where(empty, 1.0, l))) * LN2_K)
-    n_mblocks = tl.cdiv(group * seqlen_q, BLOCK_M)
-    items_per_b = nheads_kv * n_mblocks
-    pid_mh = item % items_per_b
-    _store_rows(O, LSE, item // items_per_b, pid_mh // n_mblocks,
-                (pid_mh % n_mblocks) * BLOCK_M, out, lse, group, seqlen_q, head_dv,
-                stride_ob, stride_os, stride_oh, stride_lb, stride_lh, cut, BLOCK_M, HEAD_DV)
+    o_ptrs = (O + off_b64 * stride_ob + off_split.to(tl.int64) * stride_osplit
+              + offs_i.to(tl.int64)[:, None] * stride_os + offs_h.to(tl.int64)[:, None] * stride_oh
+              + offs_dv[None, :])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
+    l_ptrs = (LSE + off_b64 * stride_lb + off_split.to(tl.int64) * stride_lsplit
+              + offs_h.to(tl.int64) * stride_lh + offs_i)
+    tl.store(l_ptrs, lse2, mask=row_ok)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "nheads", "head_dv", "num_splits"])
@@ -537,14 +376,6 @@ _decode = triton.autotune(
     prune_configs_by={"early_config_prune": _prune_decode_configs},
 )(_decode_kernel)
 _decode_launch = TunedLaunch(_decode)
-_lean = triton.autotune(
-    configs=_decode_configs(),
-    key=["HEAD_D", "HEAD_DV", "BLOCK_M", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI",
-         "PRECISION", "kv_bucket"],
-    cache_results=True,
-    prune_configs_by={"early_config_prune": _prune_decode_configs},
-)(_lean_kernel)
-_lean_launch = TunedLaunch(_lean)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -585,38 +416,6 @@ def num_splits_heuristic(programs: int, capacity: int, sms: int) -> int:
     """
     most = max(1, min(MAX_SPLITS, capacity // MIN_KEYS_PER_SPLIT))
     return max(1, min(most, sms // programs))
-
-
-def lean_unit() -> int:
-    """Slots per unit of the lean schedule: the largest tile of any config, so that unit
-    boundaries are tile boundaries whichever config runs."""
-    return max(c.kwargs["BLOCK_N"] for c in _decode_configs())
-
-
-def wave_efficiency(programs: int, sms: int) -> float:
-    """Busy fraction of ``sms`` SMs running ``programs`` equal programs one per SM at a time:
-    e.g. 256 programs on 132 SMs take two waves, the second with 8 SMs idle: 0.97."""
-    return programs / (cdiv(programs, sms) * sms)
-
-
-def lean_programs(requested: int, items: int, splits: int, capacity: int, window_left: int,
-                  device: torch.device) -> int:
-    """Programs of the lean schedule (one per SM), or 0 to keep the plain split grid.
-
-    Lean when the split count is the heuristic's (``requested == 0``), the plain grid would
-    leave SMs idle (``items * splits`` programs use under 99% of the waves they take), and
-    there is enough work to deal out (4+ units per program). Not with a left window: the
-    schedule deals units of the cache's capacity, and a window makes most of them invisible
-    (the plain split divides the visible tiles instead). ``FLASHTILE_DECODE_LEAN=1`` takes it
-    whenever allowed, ``=0`` never."""
-    mode = os.environ.get("FLASHTILE_DECODE_LEAN", "auto")
-    if requested or window_left >= 0 or mode in ("0", ""):
-        return 0
-    sms = sm_count(device)
-    total = items * cdiv(capacity, lean_unit())
-    if total < 4 * sms or (mode != "1" and wave_efficiency(items * splits, sms) >= 0.99):
-        return 0
-    return sms
 
 
 def combine_block_s(splits: int, head_dv: int) -> int:
@@ -717,7 +516,7 @@ def _plan_key(q, k_cache, v_cache, call, params) -> tuple:
     return (q.device, current, _sig(q), _sig(k_cache), _sig(v_cache),
             _sig(call.cache_seqlens), _sig(call.leftpad), _sig(call.batch_idx),
             _sig(call.block_table), call.capacity, call.seqlen_new, call.page_size,
-            call.num_splits, os.environ.get("FLASHTILE_DECODE_LEAN"), params.softmax_scale, params.softcap, params.window_left,
+            call.num_splits, params.softmax_scale, params.softcap, params.window_left,
             params.window_right, _sig(params.alibi_slopes))
 
 
@@ -793,7 +592,6 @@ _SPLIT_ROLES = {"Q": "q", "K": "k", "V": "v", "O": "o_dst", "LSE": "l_dst", "SEQ
                 "LEFTPAD": "leftpad", "BATCH_IDX": "batch_idx", "BLOCK_TABLE": "block_table",
                 "SLOPES": "slopes", "k_desc": "k", "v_desc": "v"}
 _COMBINE_ROLES = {"O_PART": "o_dst", "LSE_PART": "l_dst", "O": "out", "LSE": "lse"}
-_LEAN_ROLES = {**_SPLIT_ROLES, "O": "out", "LSE": "lse", "O_PART": "o_dst", "LSE_PART": "l_dst"}
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
@@ -823,89 +621,60 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     bm = block_m(rows)
     n_mblocks = cdiv(rows, bm)
     splits = resolve_num_splits(call.num_splits, batch, nheads_kv, rows, call.capacity, q.device)
-    items = batch * nheads_kv * n_mblocks
-    programs = lean_programs(call.num_splits, items, splits, call.capacity, params.window_left,
-                             q.device)
-    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
     out = alloc((batch, seqlen_q, nheads, head_dv), q.dtype, q.device)
     lse = alloc((batch, nheads, seqlen_q), torch.float32, q.device)
-    if programs:
-        o_dst = alloc((programs, 2, bm, HEAD_DV), torch.float32, q.device)
-        l_dst = alloc((programs, 2, bm), torch.float32, q.device)
-    elif splits > 1:
+    if splits > 1:
         o_dst = alloc((batch, splits, seqlen_q, nheads, head_dv), torch.float32, q.device)
         l_dst = alloc((batch, splits, nheads, seqlen_q), torch.float32, q.device)
+        o_strides = o_dst.stride()[:4]
+        l_strides = l_dst.stride()[:3]
     else:
         o_dst, l_dst = out, lse
+        o_strides = (out.stride(0), 0, out.stride(1), out.stride(2))
+        l_strides = (lse.stride(0), 0, lse.stride(1))
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
+    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
     score = score_args(params)
     score.pop("HAS_ALIBI")
     k_desc, v_desc = _descriptors(k_cache, v_cache) if tma else (k_cache, v_cache)
     tensors = _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst)
-    inputs = tuple(tensors[role] for role in ("seqlens", "leftpad", "batch_idx", "block_table",
-                                              "slopes"))
-    layout = (*q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3])
-    tail = (call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
-            seqlen_q, call.seqlen_new, group, head_d, head_dv)
-    window = (max(params.window_left, 0), max(params.window_right, 0))
-    constants = dict(
-        **score, k_desc=k_desc, v_desc=v_desc, slots=k_cache.shape[1],
+    split_grid = (splits, n_mblocks * nheads_kv, batch)
+    split_args = (
+        *(tensors[role] for role in ("q", "k", "v", "o_dst", "l_dst", "seqlens", "leftpad",
+                                     "batch_idx", "block_table", "slopes")),
+        *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides,
+        call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
+        seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
+        max(params.window_left, 0), max(params.window_right, 0))
+    split_kwargs = dict(
+        **score, kv_bucket=next_pow2(cdiv(call.capacity, splits)),
+        k_desc=k_desc, v_desc=v_desc, slots=k_cache.shape[1],
         BLOCK_M=bm, HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
         EVEN_DV=HEAD_DV == head_dv, PAGED=call.block_table is not None,
         PAGE_SIZE=max(call.page_size, 1),
         HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
-        HAS_ALIBI=slopes is not None, TMA=tma, PRECISION=dot_precision(q.dtype),
+        HAS_ALIBI=slopes is not None, SPLIT=splits > 1, TMA=tma,
+        PRECISION=dot_precision(q.dtype),
     )
-    launches = []                       # (tuned launcher or kernel, grid, args, kwargs, roles)
-    if programs:
-        unit = lean_unit()
-        n_units = cdiv(call.capacity, unit)
-        total = items * n_units
-        sched = (n_units, total, programs)
-        launches.append((_lean_launch, (programs, 1, 1),
-                         (q, k_cache, v_cache, out, lse, o_dst, l_dst, *inputs, *layout,
-                          *out.stride()[:3], *lse.stride()[:2], *tail, *window),
-                         dict(constants, kv_bucket=next_pow2(cdiv(total * unit, programs)),
-                              nheads_kv=nheads_kv, n_units=n_units, unit=unit,
-                              total_units=total, programs=programs),
-                         _LEAN_ROLES))
-        launches.append((_lean_combine_kernel, (items, 1, 1),
-                         (o_dst, l_dst, out, lse, *out.stride()[:3], *lse.stride()[:2],
-                          seqlen_q, group, nheads_kv, head_dv, *sched),
-                         dict(BLOCK_M=bm, HEAD_DV=HEAD_DV, num_warps=4), _COMBINE_ROLES))
-    else:
-        if splits > 1:
-            o_strides, l_strides = o_dst.stride()[:4], l_dst.stride()[:3]
-        else:
-            o_strides = (out.stride(0), 0, out.stride(1), out.stride(2))
-            l_strides = (lse.stride(0), 0, lse.stride(1))
-        launches.append((_decode_launch, (splits, n_mblocks * nheads_kv, batch),
-                         (q, k_cache, v_cache, o_dst, l_dst, *inputs, *layout, *o_strides,
-                          *l_strides, *tail, splits, *window),
-                         dict(constants, kv_bucket=next_pow2(cdiv(call.capacity, splits)),
-                              SPLIT=splits > 1),
-                         _SPLIT_ROLES))
-        if splits > 1:
-            launches.append((_combine_kernel, (batch * nheads * seqlen_q, 1, 1),
-                             (o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
-                              *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv,
-                              splits),
-                             dict(BLOCK_S=combine_block_s(splits, HEAD_DV), HEAD_DV=HEAD_DV,
-                                  num_warps=4),
-                             _COMBINE_ROLES))
-    for launcher, grid, args, kwargs, roles in launches:
-        launcher[grid](*args, **kwargs)
-        if record is not None:
-            if isinstance(launcher, TunedLaunch):
-                fn, kwargs = launcher.tuner.fn, {**kwargs, **launcher.tuner.best_config.all_kwargs()}
-            else:
-                fn = launcher
-            record.launches.append(_Launch(fn, grid, args, kwargs, roles))
+    _decode_launch[split_grid](*split_args, **split_kwargs)
     if record is not None:
-        record.buffers = [(t.shape, t.dtype) for t in ((out, lse, o_dst, l_dst)
-                                                      if o_dst is not out else (out, lse))]
+        record.buffers = [(t.shape, t.dtype) for t in ((out, lse, o_dst, l_dst) if splits > 1
+                                                      else (out, lse))]
+        record.launches.append(_Launch(_decode.fn, split_grid, split_args,
+                                       {**split_kwargs, **_decode.best_config.all_kwargs()},
+                                       _SPLIT_ROLES))
+    if splits > 1:
+        combine_grid = (batch * nheads * seqlen_q, 1, 1)
+        combine_args = (o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
+                        *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv, splits)
+        combine_kwargs = dict(BLOCK_S=combine_block_s(splits, HEAD_DV), HEAD_DV=HEAD_DV,
+                              num_warps=4)
+        _combine_kernel[combine_grid](*combine_args, **combine_kwargs)
+        if record is not None:
+            record.launches.append(_Launch(_combine_kernel, combine_grid, combine_args,
+                                           combine_kwargs, _COMBINE_ROLES))
     if record is not None and all(launch.complete for launch in record.launches):
         # (stored only once every launch went through)
         if len(_PLANS) >= MAX_PLANS:
