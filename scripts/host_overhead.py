@@ -223,7 +223,94 @@ def check_plans() -> int:
     failures += alive > 0 or not recorded
     print(f"plans keep {alive} of the call's tensors alive "
           f"({'planned' if recorded else 'NOT PLANNED'})")
+    failures += check_dense_plans(launches, seen)
     return 1 if failures else 0
+
+
+def check_dense_plans(launches, seen) -> int:
+    """The same for ``flash_attn_func`` forward + backward (4 launches: forward, D rows,
+    dK/dV, dQ) over shapes and flags; calls that differ in one argument; calls never planned
+    (dropout: a fresh seed per call; one-pass dQ; a bias)."""
+    import flashtile
+    from flashtile.kernels import bwd, fwd
+
+    def inputs(variant, b=2, s=256, hq=8, hkv=8, d=128, dtype=torch.bfloat16):
+        if variant == "gqa 8/2":
+            hkv = 2
+        if variant == "d 96":
+            d = 96
+        q, k, v = (torch.randn(b, s, h, d, dtype=dtype, requires_grad=True)
+                   for h in (hq, hkv, hkv))
+        if variant == "misaligned q":                        # data_ptr % 16 == 2
+            q = torch.randn(q.numel() + 1, dtype=dtype)[1:].view(q.shape).requires_grad_()
+        if variant == "transposed k":                        # (b, h, s, d) memory
+            k = k.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+        kw = dict(causal=variant != "not causal")
+        kw.update({"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
+                   "alibi (h)": dict(alibi_slopes=torch.rand(hq)),
+                   "alibi (b, h)": dict(alibi_slopes=torch.rand(b, hq)),
+                   "scale": dict(softmax_scale=0.05)}.get(variant, {}))
+        return q, k, v, torch.randn(b, s, hq, d, dtype=dtype), kw
+
+    def make(q, k, v, dout, kw):
+        def call():
+            out = flashtile.flash_attn_func(q, k, v, **kw)
+            torch.autograd.grad(out, (q, k, v), dout)
+        call.tensors = [q, k, v, dout, *(t for t in kw.values() if isinstance(t, torch.Tensor))]
+        return call
+
+    failures = 0
+    variants = ("plain", "not causal", "gqa 8/2", "d 96", "misaligned q", "transposed k",
+                "window", "softcap", "alibi (h)", "alibi (b, h)", "scale")
+    for variant in variants:
+        calls = [make(*inputs(variant)) for _ in range(2)]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+        full = [launches(call) for call in calls]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+        before = len(fwd._PLANS), len(bwd._PLANS)
+        planned = [launches(call) for call in calls]
+        recorded = (len(fwd._PLANS), len(bwd._PLANS)) == (before[0] + 1, before[1] + 1)
+        ok = full == planned and len(full[0]) == 4
+        failures += not (ok and recorded)
+        print(f"plans fwd+bwd {variant}: {'same launches' if ok else 'DIFFERENT'}, "
+              f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+    q, k, v, dout, kw = inputs("plain")
+    changes = {"not causal": dict(causal=False), "window": dict(window_size=(64, 0)),
+               "softcap": dict(softcap=20.0), "scale": dict(softmax_scale=0.05),
+               "alibi": dict(alibi_slopes=torch.rand(8)), "deterministic": dict(deterministic=True)}
+    for name, change in changes.items():
+        base, changed = make(q, k, v, dout, kw), make(q, k, v, dout, {**kw, **change})
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+        full = launches(changed)
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+        launches(base)
+        ok = launches(changed) == full
+        failures += not ok
+        print(f"plans fwd+bwd, one argument changed ({name}): "
+              f"{'launched as without plans' if ok else 'DIFFERENT'}")
+    s_q = inputs("plain", s=320)                                # another sequence length
+    base, changed = make(q, k, v, dout, kw), make(*s_q)
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+    full = launches(changed)
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+    launches(base)
+    ok = launches(changed) == full
+    failures += not ok
+    print(f"plans fwd+bwd, one argument changed (seqlen): "
+          f"{'launched as without plans' if ok else 'DIFFERENT'}")
+    os.environ["FLASHTILE_BWD_DQ"] = "atomic"
+    unplanned = {"dropout": dict(dropout_p=0.1), "one-pass dQ": {}}
+    for name, change in unplanned.items():
+        if name == "dropout":
+            os.environ.pop("FLASHTILE_BWD_DQ")
+        before = len(fwd._PLANS), len(bwd._PLANS)
+        launches(make(q, k, v, dout, {**kw, **change}))
+        after = len(fwd._PLANS), len(bwd._PLANS)
+        ok = after[1] == before[1] and (name != "dropout" or after[0] == before[0])
+        failures += not ok
+        print(f"plans fwd+bwd, {name}: {'not planned' if ok else 'PLANNED'}")
+    os.environ.pop("FLASHTILE_BWD_DQ", None)
+    return failures
 
 
 def _tensors_kept_alive(make_inputs, forget) -> int:

@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)        # compile for the GPU, never interpret
-os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"      # every launch through the captured launchers
 
 import torch                                                   # noqa: E402
 import triton                                                  # noqa: E402
@@ -139,6 +138,7 @@ def inspect_decode(args, dtype, sink) -> int:
 
 
 def main() -> int:
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"     # every launch through the captured launchers
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--seqlen", type=int, default=1024)

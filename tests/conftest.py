@@ -24,10 +24,11 @@ def _seed():
 
 @pytest.fixture(autouse=True)
 def _fresh_launch_plans():
-    """Each test records its own decode launch plans: a test that patches the decode module
-    (split merge width, SM count) must not replay a plan recorded under another test's patch."""
-    from flashtile.kernels import decode
-    decode._PLANS.clear()
+    """Each test records its own launch plans: a test that patches a kernel module (the
+    decode split merge width, say) must not replay a plan recorded under another test's
+    patch."""
+    from flashtile.kernels import plans
+    plans.clear()
     yield
 
 

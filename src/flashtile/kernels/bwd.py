@@ -36,6 +36,7 @@ import triton.language as tl
 
 from ..reference.dense import sum_to_shape
 
+from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
                      dropout_keep, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
@@ -509,16 +510,40 @@ def dq_mode(deterministic: bool = False) -> str:
     return choice
 
 
+_PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
+
+
+def launch(launcher, grid, args: tuple, kwargs: dict) -> None:
+    launcher[grid](*args, **kwargs)
+
+
 def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     """Launch the three backward kernels.
 
     Shapes as in :func:`flashtile.kernels.fwd.forward` (dense or varlen); ``dout`` like ``out``.
     Returns ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype; with
     ``need_bias_grad`` also ``dbias`` shaped and typed like ``params.attn_bias``.
+
+    A dense call whose signature was launched before replays its launch plan
+    (:func:`flashtile.kernels.plans.dense_key`, two-pass dQ): only the gradients and the
+    ``D`` rows are allocated.
     """
     varlen = params.cu_seqlens_q is not None
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
+    key = plans.dense_key(q, k, v, params)
+    atomic = dq_mode(params.deterministic) == "atomic"
+    if key is not None and not need_bias_grad and not atomic:
+        # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
+        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse))
+        plan = _PLANS.get(key)
+        inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
+                  "slopes": params.alibi_slopes, "dq_acc": _dummy(q.device)}
+        if plan is not None:
+            return plan.replay(inputs, q.device)
+        record = plans.Recorder()
+    else:
+        record = None
     dq = alloc(q.shape, q.dtype, q.device)
     dk = alloc(k.shape, k.dtype, k.device)
     dv = alloc(v.shape, v.dtype, v.device)
@@ -537,10 +562,12 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
 
     dsum = alloc(lse.shape, torch.float32, q.device)
     block_pre = 16 if interpreting() else 64
-    _bwd_preprocess[(cdiv(seqlen_q, block_pre) * batch * nheads,)](
+    launches = []                  # (launcher, grid, args, kwargs), recorded for a plan
+    launches.append((_bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
         out, dout, dsum, lay["CU_Q"], *strides(out, varlen), *strides(dout, varlen),
-        lay["stride_lse_b"], lay["stride_lse_h"], nheads, seqlen_q, head_dv,
-        BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen)
+        lay["stride_lse_b"], lay["stride_lse_h"], nheads, seqlen_q, head_dv),
+        dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen)))
+    launch(*launches[-1])
 
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
@@ -562,27 +589,39 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                             device=q.device)
     dbias_arg = dbias if dbias is not None else lse
     dbias_strides = dbias.stride()[:3] if dbias is not None else (0, 0, 0)
-    atomic = dq_mode(params.deterministic) == "atomic"
     # One-pass mode adds dQ into an fp32 buffer (zeros: it is an accumulator).
     # (Two-pass mode passes a one-element dummy: the autotuner zeroes DQ_ACC between timings.)
     dq_acc = (torch.zeros(dq4.shape, dtype=torch.float32, device=q.device) if atomic
               else _dummy(q.device))
     dq_acc_strides = strides(dq_acc, varlen) if atomic else (0, 0, 0)
-    _dkdv_launch[lambda meta: (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)](
+    def dkdv_grid(meta):
+        return (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)
+
+    def dq_grid(meta):
+        return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
+
+    launches.append((_dkdv_launch, dkdv_grid, (
         q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes, **common, **bias,
-        **sparse_args(params, seqlen_q, lse, "q"),
+        *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes), dict(
+        **common, **bias, **sparse_args(params, seqlen_q, lse, "q"),
         stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1], stride_dbm=dbias_strides[2],
-        HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic)
+        HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic)))
+    launch(*launches[-1])
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     else:
-        _dq_launch[lambda meta: (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)](
+        launches.append((_dq_launch, dq_grid, (
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
-            *strides(dout, varlen), *strides(dq4, varlen), *sizes, **common, **bias,
-            **sparse_args(params, seqlen_k, lse, "kv"))
+            *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
+            **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"))))
+        launch(*launches[-1])
+    if record is not None:
+        for recorded in launches:
+            record.add(*recorded)
+        _PLANS.put(key, record.plan({**inputs, "dq": dq, "dk": dk, "dv": dv, "dsum": dsum},
+                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv")))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

@@ -42,6 +42,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import plans
 from .common import (LN2_K, LOG2E_K, SMEM_LIMIT, TunedLaunch, alloc, autotune_enabled,
                      band_mask, cdiv, dot_precision, interpreting, next_pow2, padded_headdim, score_args,
                      scores_log2, softmax_step, tile_ranges)
@@ -488,110 +489,29 @@ def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bo
 
 
 # ----------------------------------------------------------------------------------------------
-# Launch plans: a decode step's host work, done once per call signature
+# Launch plans (:mod:`flashtile.kernels.plans`): a decode step's host work, done once per signature
 
-def plans_enabled() -> bool:
-    """Replay recorded launches (:class:`_Plan`): on unless ``FLASHTILE_LAUNCH_PLANS=0``. On
-    the H200's host a planned eager decode call costs 252 us of host time against 337 us
-    (session 8; the whole GPU suite passed with plans on)."""
-    return os.environ.get("FLASHTILE_LAUNCH_PLANS", "1") not in ("", "0")
-
-
-def _hooked(*hooks) -> bool:
-    """Whether a launch hook is installed (a profiler such as proton): such launches go through
-    Triton's own path, which builds the metadata the hooks read."""
-    return any(h is not None and getattr(h, "calls", True) for h in hooks)
-
-
-def _sig(t: torch.Tensor | None):
-    """What a tensor argument contributes to a compiled kernel: layout, dtype, and whether its
-    address is 16-byte aligned (Triton specialises pointers on that)."""
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0)
+_PLANS = plans.Plans()
 
 
 def _plan_key(q, k_cache, v_cache, call, params) -> tuple:
     """Everything :func:`decode` reads besides tensor contents and addresses: two calls with
     the same key build the same kernel arguments up to the tensors themselves."""
-    current = torch.cuda.current_device() if q.device.type == "cuda" else -1
-    return (q.device, current, _sig(q), _sig(k_cache), _sig(v_cache),
-            _sig(call.cache_seqlens), _sig(call.leftpad), _sig(call.batch_idx),
-            _sig(call.block_table), call.capacity, call.seqlen_new, call.page_size,
+    sig = plans.sig
+    return (*plans.device_key(q), sig(q), sig(k_cache), sig(v_cache),
+            sig(call.cache_seqlens), sig(call.leftpad), sig(call.batch_idx),
+            sig(call.block_table), call.capacity, call.seqlen_new, call.page_size,
             call.num_splits, params.softmax_scale, params.softcap, params.window_left,
-            params.window_right, _sig(params.alibi_slopes))
+            params.window_right, sig(params.alibi_slopes))
 
 
-class _Launch:
-    """One recorded launch: the compiled kernel, its grid and its full argument list (every
-    parameter in order, as Triton's launcher takes them), with the per-call tensors' places."""
-
-    def __init__(self, jit_fn, grid, args: tuple, kwargs: dict, roles: dict):
-        from triton.runtime import driver
-
-        device = driver.active.get_current_device()
-        binder = jit_fn.device_caches[device][4]
-        bound, _, _ = binder(*args, **kwargs)
-        self.values = list(bound.values())
-        kernel = jit_fn.run(*args, grid=grid, warmup=True, **kwargs)
-        self.kernel = kernel.result() if hasattr(kernel, "result") else kernel
-        self.grid = grid
-        names = jit_fn.arg_names
-        self.places = [(role, names.index(param)) for param, role in roles.items()]
-        for _, i in self.places:                 # keep no tensor alive (a cache, say)
-            self.values[i] = None
-        # A tensor argument without a role would be replayed stale: no plan then (the CPU
-        # check in tests/test_tools.py counts the plans, so this cannot pass unnoticed).
-        self.complete = not any(isinstance(v, torch.Tensor) for v in self.values)
-
-    def __call__(self, tensors: dict) -> None:
-        from triton.runtime import driver
-
-        values = list(self.values)
-        for role, i in self.places:
-            values[i] = tensors[role]
-        k = self.kernel
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
-        k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
-
-
-class _Plan:
-    """A decode call signature's launches (split kernel, then the combine when split) and the
-    shapes of the buffers each call allocates."""
-
-    def __init__(self):
-        self.launches: list[_Launch] = []
-        self.buffers: list[tuple] = []
-
-
-_PLANS: dict[tuple, _Plan] = {}
-MAX_PLANS = 256
-
-
-def _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst) -> dict:
-    """The tensors a decode call hands its kernels, by role. An absent index tensor is stood in
-    for by ``cache_seqlens``, absent slopes by ``lse``: never read (the kernels' flags say so),
-    only a valid pointer."""
-    seqlens = call.cache_seqlens
-    return {"q": q, "k": k_cache, "v": v_cache, "o_dst": o_dst, "l_dst": l_dst,
-            "out": out, "lse": lse, "seqlens": seqlens,
-            "leftpad": call.leftpad if call.leftpad is not None else seqlens,
-            "batch_idx": call.batch_idx if call.batch_idx is not None else seqlens,
-            "block_table": call.block_table if call.block_table is not None else seqlens,
-            "slopes": params.alibi_slopes if params.alibi_slopes is not None else lse}
-
-
-def _replay(plan: _Plan, q, k_cache, v_cache, call, params):
-    out, lse, *partials = (alloc(shape, dtype, q.device) for shape, dtype in plan.buffers)
-    o_dst, l_dst = partials if partials else (out, lse)
-    tensors = _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst)
-    for launch in plan.launches:
-        launch(tensors)
-    return out, lse
-
-
-_SPLIT_ROLES = {"Q": "q", "K": "k", "V": "v", "O": "o_dst", "LSE": "l_dst", "SEQLENS": "seqlens",
-                "LEFTPAD": "leftpad", "BATCH_IDX": "batch_idx", "BLOCK_TABLE": "block_table",
-                "SLOPES": "slopes", "k_desc": "k", "v_desc": "v"}
-_COMBINE_ROLES = {"O_PART": "o_dst", "LSE_PART": "l_dst", "O": "out", "LSE": "lse"}
+def _inputs(q, k_cache, v_cache, call, params) -> dict:
+    """The call's own tensors by name (None: absent; the launch stands in ``cache_seqlens`` for
+    an absent index tensor and ``lse`` for absent slopes: never read, the kernels' flags say
+    so, only a valid pointer)."""
+    return {"q": q, "k": k_cache, "v": v_cache, "seqlens": call.cache_seqlens,
+            "leftpad": call.leftpad, "batch_idx": call.batch_idx,
+            "block_table": call.block_table, "slopes": params.alibi_slopes}
 
 
 def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
@@ -600,20 +520,18 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     cache already holds the appended tokens). Returns out ``(b, sq, hq, dv)`` in q's dtype and
     lse float32 ``(b, hq, sq)``.
 
-    With launch plans on (:func:`plans_enabled`, the default), a call whose signature (:func:`_plan_key`)
-    was seen before skips the argument building and Triton's argument binding: it allocates
-    the outputs and relaunches the recorded kernels with this call's tensors."""
+    With launch plans on (:mod:`flashtile.kernels.plans`, the default), a call whose
+    signature (:func:`_plan_key`) was seen before skips the argument building and Triton's
+    argument binding: it allocates the outputs and relaunches the recorded kernels with this
+    call's tensors."""
     record = None
     tma = use_tma(q, k_cache, v_cache)
-    if plans_enabled() and not interpreting() and not tma:
-        from triton import knobs
-
-        if not _hooked(knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
-            key = _plan_key(q, k_cache, v_cache, call, params)
-            plan = _PLANS.get(key)
-            if plan is not None:
-                return _replay(plan, q, k_cache, v_cache, call, params)
-            record = _Plan()
+    if not tma and plans.enabled():                # (TMA descriptors are made per call)
+        key = _plan_key(q, k_cache, v_cache, call, params)
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return plan.replay(_inputs(q, k_cache, v_cache, call, params), q.device)
+        record = plans.Recorder()
     batch, seqlen_q, nheads, head_d = q.shape
     nheads_kv, head_dv = k_cache.shape[2], v_cache.shape[3]
     group = nheads // nheads_kv
@@ -638,11 +556,13 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     score = score_args(params)
     score.pop("HAS_ALIBI")
     k_desc, v_desc = _descriptors(k_cache, v_cache) if tma else (k_cache, v_cache)
-    tensors = _call_tensors(q, k_cache, v_cache, call, params, out, lse, o_dst, l_dst)
+    seqlens = call.cache_seqlens
     split_grid = (splits, n_mblocks * nheads_kv, batch)
     split_args = (
-        *(tensors[role] for role in ("q", "k", "v", "o_dst", "l_dst", "seqlens", "leftpad",
-                                     "batch_idx", "block_table", "slopes")),
+        q, k_cache, v_cache, o_dst, l_dst, seqlens, *(
+            t if t is not None else seqlens for t in (call.leftpad, call.batch_idx,
+                                                       call.block_table)),
+        slopes if slopes is not None else lse,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *o_strides, *l_strides,
         call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
         seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
@@ -660,11 +580,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
     )
     _decode_launch[split_grid](*split_args, **split_kwargs)
     if record is not None:
-        record.buffers = [(t.shape, t.dtype) for t in ((out, lse, o_dst, l_dst) if splits > 1
-                                                      else (out, lse))]
-        record.launches.append(_Launch(_decode.fn, split_grid, split_args,
-                                       {**split_kwargs, **_decode.best_config.all_kwargs()},
-                                       _SPLIT_ROLES))
+        record.add(_decode_launch, split_grid, split_args, split_kwargs)
     if splits > 1:
         combine_grid = (batch * nheads * seqlen_q, 1, 1)
         combine_args = (o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
@@ -673,13 +589,12 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
                               num_warps=4)
         _combine_kernel[combine_grid](*combine_args, **combine_kwargs)
         if record is not None:
-            record.launches.append(_Launch(_combine_kernel, combine_grid, combine_args,
-                                           combine_kwargs, _COMBINE_ROLES))
-    if record is not None and all(launch.complete for launch in record.launches):
-        # (stored only once every launch went through)
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = record
+            record.add(_combine_kernel, combine_grid, combine_args, combine_kwargs)
+    if record is not None:
+        tensors = {**_inputs(q, k_cache, v_cache, call, params), "out": out, "lse": lse,
+                   "o_dst": o_dst, "l_dst": l_dst}
+        _PLANS.put(key, record.plan(tensors, ("out", "lse", "o_dst", "l_dst") if splits > 1
+                                    else ("out", "lse"), ("out", "lse")))
     return out, lse
 
 

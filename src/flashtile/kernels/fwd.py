@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
                      dropout_keep, env_block, interpreting, load_tile, mod_args, padded_headdim,
@@ -259,6 +260,7 @@ _fwd = triton.autotune(
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
 _fwd_launch = TunedLaunch(_fwd)
+_PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,7 +271,15 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     ``(b, hq, sq)`` (natural log). Varlen (``params.cu_seqlens_q`` set): q ``(total_q, hq, d)``,
     k/v ``(total_k, hkv, d|dv)``, out ``(total_q, hq, dv)``, lse ``(hq, total_q)``; with
     ``params.block_table`` k/v are pages ``(num_blocks, page, hkv, d|dv)``.
+
+    A dense call whose signature was launched before replays its launch plan
+    (:func:`flashtile.kernels.plans.dense_key`): only the outputs are allocated.
     """
+    key = plans.dense_key(q, k, v, params)
+    if key is not None:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return plan.replay({"q": q, "k": k, "v": v, "slopes": params.alibi_slopes}, q.device)
     varlen = params.cu_seqlens_q is not None
     out_shape = (*q.shape[:-1], v.shape[-1])
     paged = params.block_table is not None       # varlen over paged K/V: k/v stay 4-D pages
@@ -296,12 +306,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
     bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
-    _fwd_launch[grid](
+    args = (
         q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
         *strides(q, varlen), *strides(k, varlen and not paged),
         *strides(v, varlen and not paged), *strides(out4, varlen),
         stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
-        seq_bucket(seqlen_q, seqlen_k),
+        seq_bucket(seqlen_q, seqlen_k))
+    kwargs = dict(
         **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
         **window_args(params), **score_args(params), **dropout_args(params), **bias,
         **mod_args(params, q.device), **sparse_args(params, seqlen_k, lse, "kv"),
@@ -310,4 +321,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
     )
+    _fwd_launch[grid](*args, **kwargs)
+    if key is not None:
+        record = plans.Recorder()
+        record.add(_fwd_launch, grid, args, kwargs)
+        _PLANS.put(key, record.plan({"q": q, "k": k, "v": v, "slopes": slopes, "out": out,
+                                     "lse": lse}, ("out", "lse"), ("out", "lse")))
     return out, lse

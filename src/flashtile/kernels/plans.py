@@ -1,0 +1,185 @@
+"""Launch plans: a call signature's kernel launches, recorded once and replayed by later calls.
+
+A small attention step is bound by the host: per launch, building ~60 kernel arguments, then
+Triton's argument binding and kernel lookup, cost tens of microseconds on the development CPU
+and 3-5x that on the H200's host. Training and serving loops repeat the same call signature
+(shapes, strides, dtypes, flags) thousands of times, so the first call of a signature records
+
+- each launch's compiled kernel, grid and full argument list (every kernel parameter in order,
+  as Triton's launcher takes them), with the call's tensors blanked out and their names kept;
+- the shapes and dtypes of the buffers the call allocates (outputs, scratch);
+
+and a later call with the same key allocates its buffers and relaunches the recorded kernels
+with its own tensors: no argument building, no binding, no autotuner lookup.
+
+Why it is safe:
+
+- The caller's key holds everything its launching code reads besides tensor contents and
+  addresses (layouts, dtypes, 16-byte alignment, every scalar and flag); the replayed argument
+  lists then equal the ones the full path builds. ``scripts/host_overhead.py --check-plans``
+  compares both, launch by launch, argument by argument (a CI test).
+- A tensor argument that is none of the call's named tensors (a buffer made on the side, a
+  tensor captured by a score_mod) would be replayed stale: such a call gets no plan.
+- Plans hold no tensor (a KV cache of gigabytes, say), only shapes.
+- Launch hooks (a profiler such as proton) need Triton's own launch path: no plans then.
+
+``FLASHTILE_LAUNCH_PLANS=0`` turns plans off (on by default).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from triton import knobs
+from triton.runtime import driver
+
+from .common import TunedLaunch, alloc, interpreting
+
+MAX_PLANS = 256
+
+
+def enabled() -> bool:
+    """Plans are used unless ``FLASHTILE_LAUNCH_PLANS=0``, never under the interpreter, never
+    while a launch hook is installed."""
+    if os.environ.get("FLASHTILE_LAUNCH_PLANS", "1") in ("", "0") or interpreting():
+        return False
+    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    return not any(h is not None and getattr(h, "calls", True) for h in hooks)
+
+
+def sig(t: torch.Tensor | None):
+    """What a tensor contributes to a call's launches: layout, dtype, and whether its address
+    is 16-byte aligned (Triton specialises pointers on that)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.data_ptr() % 16 == 0)
+
+
+def device_key(t: torch.Tensor):
+    """The tensor's device and the current CUDA device (a compiled kernel belongs to one)."""
+    return t.device, torch.cuda.current_device() if t.device.type == "cuda" else -1
+
+
+def dense_key(q, k, v, params) -> tuple | None:
+    """The part of a forward/backward call's key that q, k, v and ``params`` give, or None when
+    the call is not planned: only dense calls whose parameters hold no tensor besides the ALiBi
+    slopes and draw nothing per call (no dropout: its seed changes every call; no varlen, paged
+    K/V, mask, bias, score/mask mod or block mask)."""
+    p = params
+    if (p.dropout_p or p.attn_bias is not None or p.cu_seqlens_q is not None
+            or p.block_table is not None or p.score_mod is not None or p.mask_mod is not None
+            or p.block_mask is not None or not enabled()):
+        return None
+    return (*device_key(q), sig(q), sig(k), sig(v), p.softmax_scale, p.window_left,
+            p.window_right, p.bottom_right, p.softcap, sig(p.alibi_slopes), p.seed, p.offset)
+
+
+class _Launch:
+    """One recorded launch; ``places``: (parameter index, tensor name) of the blanked tensors."""
+
+    def __init__(self, jit_fn, grid: tuple, args: tuple, kwargs: dict, tuned, names: dict):
+        self.tuned = tuned                            # (autotuner, config) or None
+        binder = jit_fn.device_caches[driver.active.get_current_device()][4]
+        bound, _, _ = binder(*args, **kwargs)
+        self.values = list(bound.values())
+        self.places = []
+        for i, value in enumerate(self.values):
+            if isinstance(value, torch.Tensor):
+                if id(value) not in names:
+                    raise LookupError(f"{jit_fn.arg_names[i]}: a tensor the call did not name")
+                self.places.append((i, names[id(value)]))
+                self.values[i] = None                 # keep no tensor alive
+        kernel = jit_fn.run(*args, grid=grid, warmup=True, **kwargs)
+        self.kernel = kernel.result() if hasattr(kernel, "result") else kernel
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+
+    def __call__(self, tensors: dict, stream) -> None:
+        if self.tuned is not None:
+            # (what TunedLaunch does too: the ledger reads back the config that ran last)
+            self.tuned[0].best_config = self.tuned[1]
+        values = list(self.values)
+        for i, name in self.places:
+            values[i] = tensors[name]
+        k = self.kernel
+        k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
+
+
+class Plan:
+    """A call signature's launches, the buffers each call allocates and the outputs it
+    returns (by name)."""
+
+    def __init__(self, launches: list[_Launch], buffers: list[tuple], outputs: tuple[str, ...]):
+        self.launches, self.buffers, self.outputs = launches, buffers, outputs
+
+    def replay(self, tensors: dict, device: torch.device) -> tuple:
+        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
+        ``tensors`` (the call's inputs by name) and relaunch; returns the outputs."""
+        tensors = dict(tensors)
+        for name, shape, dtype in self.buffers:
+            tensors[name] = alloc(shape, dtype, device)
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        for launch in self.launches:
+            launch(tensors, stream)
+        return tuple(tensors[name] for name in self.outputs)
+
+
+class Recorder:
+    """Collects a call's launches as they happen (``add`` after each), then makes the plan."""
+
+    def __init__(self):
+        self.raw: list[tuple] = []
+
+    def add(self, launcher, grid, args: tuple, kwargs: dict) -> None:
+        """``launcher``: a ``TunedLaunch`` (its chosen config is recorded) or a JIT function;
+        ``grid``: a tuple, or a function of the launch's meta-parameters."""
+        tuned = None
+        if isinstance(launcher, TunedLaunch):
+            fn, tuned = launcher.tuner.fn, (launcher.tuner, launcher.tuner.best_config)
+            kwargs = {**kwargs, **tuned[1].all_kwargs()}
+        else:
+            fn = launcher
+        self.raw.append((fn, grid(kwargs) if callable(grid) else grid, args, kwargs, tuned))
+
+    def plan(self, tensors: dict, buffers: tuple[str, ...], outputs: tuple[str, ...]):
+        """The plan, or None when a launch passed a tensor missing from ``tensors`` (the call's
+        inputs and ``buffers``, by name; stand-ins may appear under several names)."""
+        # (a buffer's name wins over an input that is a stand-in for it: buffers are what a
+        # replay allocates)
+        names = {id(t): name for name, t in tensors.items()
+                 if t is not None and name not in buffers}
+        names.update((id(tensors[name]), name) for name in buffers)
+        try:
+            launches = [_Launch(*raw, names) for raw in self.raw]
+        except LookupError:
+            return None
+        finally:
+            self.raw.clear()
+        return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype) for n in buffers], outputs)
+
+
+class Plans:
+    """One launching function's plans by key (cleared when full: signatures are few)."""
+
+    registry: list["Plans"] = []
+
+    def __init__(self):
+        self.plans: dict = {}
+        Plans.registry.append(self)
+
+    def get(self, key):
+        return self.plans.get(key)
+
+    def put(self, key, plan: Plan | None) -> None:
+        if plan is None:
+            return
+        if len(self.plans) >= MAX_PLANS:
+            self.plans.clear()
+        self.plans[key] = plan
+
+    def __len__(self) -> int:
+        return len(self.plans)
+
+
+def clear() -> None:
+    """Forget every plan (after configs were changed by hand, e.g. a tuning sweep)."""
+    for plans in Plans.registry:
+        plans.plans.clear()

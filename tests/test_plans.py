@@ -1,0 +1,112 @@
+"""Launch plans (flashtile.kernels.plans): a call signature's launches recorded once and
+replayed by later calls. Replays change only the host path, so results must be bitwise equal
+to the full path's, and a replay must use its own call's tensors (never the recording call's).
+
+The launch-by-launch comparison of planned and full paths (kernel, grid, every argument) runs
+on the CPU in tests/test_tools.py (``scripts/host_overhead.py --check-plans``); here the GPU
+runs them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from utils import DEVICE
+
+import flashtile
+from flashtile.params import AttentionParams
+
+VARIANTS = {
+    "causal": dict(causal=True),
+    "gqa-4/2-window": dict(window_size=(48, 0), hkv=2),
+    "softcap-alibi": dict(softcap=15.0, alibi=True),
+    "d96-noncausal": dict(d=96),
+}
+
+
+def fwd_bwd(q, k, v, dout, **kw):
+    out = flashtile.flash_attn_func(q, k, v, **kw)
+    return (out, *torch.autograd.grad(out, (q, k, v), dout))
+
+
+def inputs(d=64, hkv=4, alibi=False, dtype=torch.bfloat16, **kw):
+    b, s, hq = 2, 200, 4
+    q, k, v = (torch.randn(b, s, h, d, device=DEVICE, dtype=dtype, requires_grad=True)
+               for h in (hq, hkv, hkv))
+    if alibi:
+        kw["alibi_slopes"] = torch.rand(hq, device=DEVICE)
+    return (q, k, v, torch.randn(b, s, hq, d, device=DEVICE, dtype=dtype)), kw
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(VARIANTS), ids=list(VARIANTS))
+def test_gpu_replays_equal_the_full_path(monkeypatch, name):
+    """Record on inputs A, replay on inputs B (same signature): B's results bitwise equal B's
+    without plans, and A's replay (a third call) still gives A's."""
+    from flashtile.kernels import bwd, fwd
+
+    a, kw = inputs(**VARIANTS[name])
+    b, _ = inputs(**VARIANTS[name])
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    want_a, want_b = fwd_bwd(*a, **kw), fwd_bwd(*b, **kw)
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    fwd_before, bwd_before = len(fwd._PLANS), len(bwd._PLANS)
+    got_a = fwd_bwd(*a, **kw)                                    # records
+    assert (len(fwd._PLANS), len(bwd._PLANS)) == (fwd_before + 1, bwd_before + 1)
+    got_b = fwd_bwd(*b, **kw)                                    # replays with B's tensors
+    again_a = fwd_bwd(*a, **kw)
+    for want, got in ((want_a, got_a), (want_b, got_b), (want_a, again_a)):
+        for w, g in zip(want, got):
+            assert torch.equal(w, g)
+
+
+@pytest.mark.gpu
+def test_gpu_decode_replays_equal_the_full_path(monkeypatch):
+    """Decoding (split + combine) replayed from a plan, cache lengths changed between calls:
+    the full path's results bitwise."""
+    from flashtile.kernels import decode
+    from flashtile.kvcache import flash_attn_with_kvcache
+
+    q = torch.randn(2, 1, 8, 128, device=DEVICE, dtype=torch.bfloat16)
+    kc = torch.randn(2, 4096, 2, 128, device=DEVICE, dtype=torch.bfloat16)
+    vc = torch.randn_like(kc)
+    lens = torch.tensor([4000, 1500], dtype=torch.int32, device=DEVICE)
+
+    def call():
+        return flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, num_splits=0,
+                                       return_softmax_lse=True)
+    for new in ([4000, 1500], [17, 4096], [1, 2]):
+        lens.copy_(torch.tensor(new, dtype=torch.int32))
+        monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+        want = call()
+        monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+        got = call()
+        assert len(decode._PLANS) == 1
+        assert all(torch.equal(w, g) for w, g in zip(want, got))
+
+
+def test_dense_key_plans_only_what_it_can_replay(monkeypatch):
+    """Dense calls without per-call randomness or side tensors get a key; dropout (a fresh
+    seed per call), a bias, varlen, a block mask or a score_mod never; nothing under the
+    interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
+    from flashtile.kernels import plans
+
+    monkeypatch.setattr(plans, "interpreting", lambda: False)
+    q = torch.randn(1, 16, 2, 16)
+    base = AttentionParams(softmax_scale=0.25, causal=True, window_right=0)
+    assert plans.dense_key(q, q, q, base) is not None
+    assert plans.dense_key(q, q, q, base) == plans.dense_key(q.clone(), q, q, base)
+    assert plans.dense_key(q, q, q, base) != plans.dense_key(q, q, q, base.with_(softcap=2.0))
+    assert (plans.dense_key(q, q, q, base)
+            != plans.dense_key(q.transpose(1, 2).contiguous().transpose(1, 2), q, q, base))
+    never = {"dropout": dict(dropout_p=0.1), "bias": dict(attn_bias=torch.zeros(1, 1, 16, 16)),
+             "varlen": dict(cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32)),
+             "score_mod": dict(score_mod=lambda s, b, h, i, j: s),
+             "block mask": dict(block_mask=object())}
+    for name, change in never.items():
+        assert plans.dense_key(q, q, q, base.with_(**change)) is None, name
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    assert plans.dense_key(q, q, q, base) is None
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    monkeypatch.setattr(plans, "interpreting", lambda: True)
+    assert plans.dense_key(q, q, q, base) is None
