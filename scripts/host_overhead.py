@@ -229,8 +229,9 @@ def check_plans() -> int:
 
 def check_dense_plans(launches, seen) -> int:
     """The same for ``flash_attn_func`` forward + backward (4 launches: forward, D rows,
-    dK/dV, dQ) over shapes and flags; calls that differ in one argument; calls never planned
-    (dropout: a fresh seed per call; one-pass dQ; a bias)."""
+    dK/dV, dQ) over shapes and flags (dropout too: torch's seed is reset before each call, so
+    the full and the planned call draw the same RNG key); calls that differ in one argument;
+    one-pass dQ calls, never planned."""
     import flashtile
     from flashtile.kernels import bwd, fwd
 
@@ -249,11 +250,13 @@ def check_dense_plans(launches, seen) -> int:
         kw.update({"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
                    "alibi (h)": dict(alibi_slopes=torch.rand(hq)),
                    "alibi (b, h)": dict(alibi_slopes=torch.rand(b, hq)),
-                   "scale": dict(softmax_scale=0.05)}.get(variant, {}))
+                   "scale": dict(softmax_scale=0.05),
+                   "dropout": dict(dropout_p=0.1)}.get(variant, {}))
         return q, k, v, torch.randn(b, s, hq, d, dtype=dtype), kw
 
-    def make(q, k, v, dout, kw):
+    def make(q, k, v, dout, kw, seed=0):
         def call():
+            torch.manual_seed(seed)                          # (dropout's key: the same draw)
             out = flashtile.flash_attn_func(q, k, v, **kw)
             torch.autograd.grad(out, (q, k, v), dout)
         call.tensors = [q, k, v, dout, *(t for t in kw.values() if isinstance(t, torch.Tensor))]
@@ -261,7 +264,7 @@ def check_dense_plans(launches, seen) -> int:
 
     failures = 0
     variants = ("plain", "not causal", "gqa 8/2", "d 96", "misaligned q", "transposed k",
-                "window", "softcap", "alibi (h)", "alibi (b, h)", "scale")
+                "window", "softcap", "alibi (h)", "alibi (b, h)", "scale", "dropout")
     for variant in variants:
         calls = [make(*inputs(variant)) for _ in range(2)]
         os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
@@ -288,6 +291,17 @@ def check_dense_plans(launches, seen) -> int:
         failures += not ok
         print(f"plans fwd+bwd, one argument changed ({name}): "
               f"{'launched as without plans' if ok else 'DIFFERENT'}")
+    # A replay draws its own dropout key: recorded with one seed, replayed with another.
+    drop = {**kw, "dropout_p": 0.1}
+    base, changed = make(q, k, v, dout, drop, seed=0), make(q, k, v, dout, drop, seed=1)
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+    full = launches(changed)
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+    launches(base)
+    ok = launches(changed) == full
+    failures += not ok
+    print(f"plans fwd+bwd, one argument changed (dropout seed): "
+          f"{'launched as without plans' if ok else 'DIFFERENT'}")
     s_q = inputs("plain", s=320)                                # another sequence length
     base, changed = make(q, k, v, dout, kw), make(*s_q)
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
@@ -299,17 +313,12 @@ def check_dense_plans(launches, seen) -> int:
     print(f"plans fwd+bwd, one argument changed (seqlen): "
           f"{'launched as without plans' if ok else 'DIFFERENT'}")
     os.environ["FLASHTILE_BWD_DQ"] = "atomic"
-    unplanned = {"dropout": dict(dropout_p=0.1), "one-pass dQ": {}}
-    for name, change in unplanned.items():
-        if name == "dropout":
-            os.environ.pop("FLASHTILE_BWD_DQ")
-        before = len(fwd._PLANS), len(bwd._PLANS)
-        launches(make(q, k, v, dout, {**kw, **change}))
-        after = len(fwd._PLANS), len(bwd._PLANS)
-        ok = after[1] == before[1] and (name != "dropout" or after[0] == before[0])
-        failures += not ok
-        print(f"plans fwd+bwd, {name}: {'not planned' if ok else 'PLANNED'}")
-    os.environ.pop("FLASHTILE_BWD_DQ", None)
+    before = len(bwd._PLANS)
+    launches(make(q, k, v, dout, {**kw, "softcap": 5.0}))     # (a new signature)
+    ok = len(bwd._PLANS) == before
+    failures += not ok
+    print(f"plans fwd+bwd, one-pass dQ backward: {'not planned' if ok else 'PLANNED'}")
+    os.environ.pop("FLASHTILE_BWD_DQ")
     return failures
 
 

@@ -21,10 +21,12 @@ VARIANTS = {
     "gqa-4/2-window": dict(window_size=(48, 0), hkv=2),
     "softcap-alibi": dict(softcap=15.0, alibi=True),
     "d96-noncausal": dict(d=96),
+    "dropout": dict(dropout_p=0.2, causal=True),
 }
 
 
-def fwd_bwd(q, k, v, dout, **kw):
+def fwd_bwd(q, k, v, dout, seed, **kw):
+    torch.manual_seed(seed)                     # dropout's key is drawn from torch's generator
     out = flashtile.flash_attn_func(q, k, v, **kw)
     return (out, *torch.autograd.grad(out, (q, k, v), dout))
 
@@ -42,19 +44,20 @@ def inputs(d=64, hkv=4, alibi=False, dtype=torch.bfloat16, **kw):
 @pytest.mark.parametrize("name", list(VARIANTS), ids=list(VARIANTS))
 def test_gpu_replays_equal_the_full_path(monkeypatch, name):
     """Record on inputs A, replay on inputs B (same signature): B's results bitwise equal B's
-    without plans, and A's replay (a third call) still gives A's."""
+    without plans, and A's replay (a third call) still gives A's. A and B draw different
+    dropout keys: a replay passes its own."""
     from flashtile.kernels import bwd, fwd
 
     a, kw = inputs(**VARIANTS[name])
     b, _ = inputs(**VARIANTS[name])
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
-    want_a, want_b = fwd_bwd(*a, **kw), fwd_bwd(*b, **kw)
+    want_a, want_b = fwd_bwd(*a, 1, **kw), fwd_bwd(*b, 2, **kw)
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
     fwd_before, bwd_before = len(fwd._PLANS), len(bwd._PLANS)
-    got_a = fwd_bwd(*a, **kw)                                    # records
+    got_a = fwd_bwd(*a, 1, **kw)                                 # records
     assert (len(fwd._PLANS), len(bwd._PLANS)) == (fwd_before + 1, bwd_before + 1)
-    got_b = fwd_bwd(*b, **kw)                                    # replays with B's tensors
-    again_a = fwd_bwd(*a, **kw)
+    got_b = fwd_bwd(*b, 2, **kw)                                 # replays with B's tensors
+    again_a = fwd_bwd(*a, 1, **kw)
     for want, got in ((want_a, got_a), (want_b, got_b), (want_a, again_a)):
         for w, g in zip(want, got):
             assert torch.equal(w, g)
@@ -86,9 +89,9 @@ def test_gpu_decode_replays_equal_the_full_path(monkeypatch):
 
 
 def test_dense_key_plans_only_what_it_can_replay(monkeypatch):
-    """Dense calls without per-call randomness or side tensors get a key; dropout (a fresh
-    seed per call), a bias, varlen, a block mask or a score_mod never; nothing under the
-    interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
+    """Dense calls without side tensors get a key (dropout's key enters only by its int
+    types: replays pass their own); a bias, varlen, a block mask or a score_mod never; nothing
+    under the interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
     from flashtile.kernels import plans
 
     monkeypatch.setattr(plans, "interpreting", lambda: False)
@@ -99,7 +102,11 @@ def test_dense_key_plans_only_what_it_can_replay(monkeypatch):
     assert plans.dense_key(q, q, q, base) != plans.dense_key(q, q, q, base.with_(softcap=2.0))
     assert (plans.dense_key(q, q, q, base)
             != plans.dense_key(q.transpose(1, 2).contiguous().transpose(1, 2), q, q, base))
-    never = {"dropout": dict(dropout_p=0.1), "bias": dict(attn_bias=torch.zeros(1, 1, 16, 16)),
+    drop = base.with_(dropout_p=0.1, seed=5, offset=7)
+    assert plans.dense_key(q, q, q, drop) == plans.dense_key(q, q, q, drop.with_(seed=9,
+                                                                                offset=2**31 - 1))
+    assert plans.dense_key(q, q, q, drop) != plans.dense_key(q, q, q, drop.with_(offset=2**31))
+    never = {"bias": dict(attn_bias=torch.zeros(1, 1, 16, 16)),
              "varlen": dict(cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32)),
              "score_mod": dict(score_mod=lambda s, b, h, i, j: s),
              "block mask": dict(block_mask=object())}

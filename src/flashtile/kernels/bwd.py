@@ -538,7 +538,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
-                  "slopes": params.alibi_slopes, "dq_acc": _dummy(q.device)}
+                  "slopes": params.alibi_slopes, "dq_acc": _dummy(q.device),
+                  "seed": params.seed, "offset": params.offset}
         if plan is not None:
             return plan.replay(inputs, q.device)
         record = plans.Recorder()
@@ -621,7 +622,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         for recorded in launches:
             record.add(*recorded)
         _PLANS.put(key, record.plan({**inputs, "dq": dq, "dk": dk, "dv": dv, "dsum": dsum},
-                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv")))
+                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
+                                    plans.DROPOUT_SCALARS))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

@@ -279,7 +279,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     if key is not None:
         plan = _PLANS.get(key)
         if plan is not None:
-            return plan.replay({"q": q, "k": k, "v": v, "slopes": params.alibi_slopes}, q.device)
+            return plan.replay({"q": q, "k": k, "v": v, "slopes": params.alibi_slopes,
+                                "seed": params.seed, "offset": params.offset}, q.device)
     varlen = params.cu_seqlens_q is not None
     out_shape = (*q.shape[:-1], v.shape[-1])
     paged = params.block_table is not None       # varlen over paged K/V: k/v stay 4-D pages
@@ -326,5 +327,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         record = plans.Recorder()
         record.add(_fwd_launch, grid, args, kwargs)
         _PLANS.put(key, record.plan({"q": q, "k": k, "v": v, "slopes": slopes, "out": out,
-                                     "lse": lse}, ("out", "lse"), ("out", "lse")))
+                                     "lse": lse}, ("out", "lse"), ("out", "lse"),
+                                    plans.DROPOUT_SCALARS))
     return out, lse

@@ -19,7 +19,8 @@ Why it is safe:
   lists then equal the ones the full path builds. ``scripts/host_overhead.py --check-plans``
   compares both, launch by launch, argument by argument (a CI test).
 - A tensor argument that is none of the call's named tensors (a buffer made on the side, a
-  tensor captured by a score_mod) would be replayed stale: such a call gets no plan.
+  tensor captured by a score_mod) would be replayed stale: such a call gets no plan. Scalars
+  that change every call (dropout's seed and offset) are named too, and replayed per call.
 - Plans hold no tensor (a KV cache of gigabytes, say), only shapes.
 - Launch hooks (a profiler such as proton) need Triton's own launch path: no plans then.
 
@@ -59,31 +60,45 @@ def device_key(t: torch.Tensor):
     return t.device, torch.cuda.current_device() if t.device.type == "cuda" else -1
 
 
+def int_class(x: int) -> str:
+    """The type Triton gives an int argument it does not specialise on."""
+    return "i32" if -2**31 <= x < 2**31 else "i64" if x < 2**63 else "u64"
+
+
+# Dropout's RNG key changes every call: a replay passes the call's own values there.
+DROPOUT_SCALARS = {"seed": "seed", "rng_offset": "offset"}
+
+
 def dense_key(q, k, v, params) -> tuple | None:
     """The part of a forward/backward call's key that q, k, v and ``params`` give, or None when
     the call is not planned: only dense calls whose parameters hold no tensor besides the ALiBi
-    slopes and draw nothing per call (no dropout: its seed changes every call; no varlen, paged
-    K/V, mask, bias, score/mask mod or block mask)."""
+    slopes (no varlen, paged K/V, bias, score/mask mod or block mask). Dropout's seed and
+    offset are replayed per call (:data:`DROPOUT_SCALARS`): only their int types count."""
     p = params
-    if (p.dropout_p or p.attn_bias is not None or p.cu_seqlens_q is not None
+    if (p.attn_bias is not None or p.cu_seqlens_q is not None
             or p.block_table is not None or p.score_mod is not None or p.mask_mod is not None
             or p.block_mask is not None or not enabled()):
         return None
     return (*device_key(q), sig(q), sig(k), sig(v), p.softmax_scale, p.window_left,
-            p.window_right, p.bottom_right, p.softcap, sig(p.alibi_slopes), p.seed, p.offset)
+            p.window_right, p.bottom_right, p.softcap, sig(p.alibi_slopes), p.dropout_p,
+            int_class(p.seed), int_class(p.offset))
 
 
 class _Launch:
     """One recorded launch; ``places``: (parameter index, tensor name) of the blanked tensors."""
 
-    def __init__(self, jit_fn, grid: tuple, args: tuple, kwargs: dict, tuned, names: dict):
+    def __init__(self, jit_fn, grid: tuple, args: tuple, kwargs: dict, tuned, names: dict,
+                 scalars: dict):
         self.tuned = tuned                            # (autotuner, config) or None
         binder = jit_fn.device_caches[driver.active.get_current_device()][4]
         bound, _, _ = binder(*args, **kwargs)
         self.values = list(bound.values())
         self.places = []
         for i, value in enumerate(self.values):
-            if isinstance(value, torch.Tensor):
+            if jit_fn.arg_names[i] in scalars:        # a per-call scalar (dropout's seed)
+                self.places.append((i, scalars[jit_fn.arg_names[i]]))
+                self.values[i] = None
+            elif isinstance(value, torch.Tensor):
                 if id(value) not in names:
                     raise LookupError(f"{jit_fn.arg_names[i]}: a tensor the call did not name")
                 self.places.append((i, names[id(value)]))
@@ -139,16 +154,18 @@ class Recorder:
             fn = launcher
         self.raw.append((fn, grid(kwargs) if callable(grid) else grid, args, kwargs, tuned))
 
-    def plan(self, tensors: dict, buffers: tuple[str, ...], outputs: tuple[str, ...]):
+    def plan(self, tensors: dict, buffers: tuple[str, ...], outputs: tuple[str, ...],
+             scalars: dict | None = None):
         """The plan, or None when a launch passed a tensor missing from ``tensors`` (the call's
-        inputs and ``buffers``, by name; stand-ins may appear under several names)."""
+        inputs and ``buffers``, by name; stand-ins may appear under several names).
+        ``scalars``: kernel parameter -> name of the call's value that replays pass there."""
         # (a buffer's name wins over an input that is a stand-in for it: buffers are what a
         # replay allocates)
         names = {id(t): name for name, t in tensors.items()
                  if t is not None and name not in buffers}
         names.update((id(tensors[name]), name) for name in buffers)
         try:
-            launches = [_Launch(*raw, names) for raw in self.raw]
+            launches = [_Launch(*raw, names, scalars or {}) for raw in self.raw]
         except LookupError:
             return None
         finally:
