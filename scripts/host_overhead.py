@@ -209,14 +209,8 @@ def check_plans() -> int:
             flash_attn_with_kvcache(q, kc, vc, **{"causal": True, **kw, **change})
         base.tensors = changed.tensors = [q, kc, vc, kw["cache_seqlens"], *(
             t for t in change.values() if isinstance(t, torch.Tensor))]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-        full = launches(changed)
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-        launches(base)
-        ok = launches(changed) == full
-        failures += not ok
-        print(f"plans, one argument changed ({name}): "
-              f"{'launched as without plans' if ok else 'DIFFERENT'}")
+        failures += _replays_like_full(launches, base, changed,
+                                       f"plans, one argument changed ({name})")
     plans = len(decode._PLANS)
     alive = _tensors_kept_alive(lambda: inputs(2, 4096, "plain"), forget=seen.clear)
     recorded = len(decode._PLANS) == plans + 1               # (a new signature)
@@ -281,37 +275,15 @@ def check_dense_plans(launches, seen) -> int:
     changes = {"not causal": dict(causal=False), "window": dict(window_size=(64, 0)),
                "softcap": dict(softcap=20.0), "scale": dict(softmax_scale=0.05),
                "alibi": dict(alibi_slopes=torch.rand(8)), "deterministic": dict(deterministic=True)}
-    for name, change in changes.items():
-        base, changed = make(q, k, v, dout, kw), make(q, k, v, dout, {**kw, **change})
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-        full = launches(changed)
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-        launches(base)
-        ok = launches(changed) == full
-        failures += not ok
-        print(f"plans fwd+bwd, one argument changed ({name}): "
-              f"{'launched as without plans' if ok else 'DIFFERENT'}")
+    pairs = {name: (make(q, k, v, dout, kw), make(q, k, v, dout, {**kw, **change}))
+             for name, change in changes.items()}
     # A replay draws its own dropout key: recorded with one seed, replayed with another.
     drop = {**kw, "dropout_p": 0.1}
-    base, changed = make(q, k, v, dout, drop, seed=0), make(q, k, v, dout, drop, seed=1)
-    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-    full = launches(changed)
-    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-    launches(base)
-    ok = launches(changed) == full
-    failures += not ok
-    print(f"plans fwd+bwd, one argument changed (dropout seed): "
-          f"{'launched as without plans' if ok else 'DIFFERENT'}")
-    s_q = inputs("plain", s=320)                                # another sequence length
-    base, changed = make(q, k, v, dout, kw), make(*s_q)
-    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-    full = launches(changed)
-    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-    launches(base)
-    ok = launches(changed) == full
-    failures += not ok
-    print(f"plans fwd+bwd, one argument changed (seqlen): "
-          f"{'launched as without plans' if ok else 'DIFFERENT'}")
+    pairs["dropout seed"] = make(q, k, v, dout, drop, seed=0), make(q, k, v, dout, drop, seed=1)
+    pairs["seqlen"] = make(q, k, v, dout, kw), make(*inputs("plain", s=320))
+    for name, (base, changed) in pairs.items():
+        failures += _replays_like_full(launches, base, changed,
+                                       f"plans fwd+bwd, one argument changed ({name})")
     os.environ["FLASHTILE_BWD_DQ"] = "atomic"
     before = len(bwd._PLANS)
     launches(make(q, k, v, dout, {**kw, "softcap": 5.0}))     # (a new signature)
@@ -320,6 +292,18 @@ def check_dense_plans(launches, seen) -> int:
     print(f"plans fwd+bwd, one-pass dQ backward: {'not planned' if ok else 'PLANNED'}")
     os.environ.pop("FLASHTILE_BWD_DQ")
     return failures
+
+
+def _replays_like_full(launches, base, changed, label: str) -> int:
+    """Record ``base``'s plan, then call ``changed`` (``base`` with one argument changed): its
+    launches must be the full path's, not a replay of ``base``'s plan. 1 on a failure."""
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+    full = launches(changed)
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+    launches(base)
+    ok = launches(changed) == full
+    print(f"{label}: {'launched as without plans' if ok else 'DIFFERENT'}")
+    return int(not ok)
 
 
 def _tensors_kept_alive(make_inputs, forget) -> int:
