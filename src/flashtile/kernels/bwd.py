@@ -513,10 +513,6 @@ def dq_mode(deterministic: bool = False) -> str:
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
 
 
-def launch(launcher, grid, args: tuple, kwargs: dict) -> None:
-    launcher[grid](*args, **kwargs)
-
-
 def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     """Launch the three backward kernels.
 
@@ -563,12 +559,16 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
 
     dsum = alloc(lse.shape, torch.float32, q.device)
     block_pre = 16 if interpreting() else 64
-    launches = []                  # (launcher, grid, args, kwargs), recorded for a plan
-    launches.append((_bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
+    launches = []                  # (launcher, grid, args, kwargs): what a plan records
+
+    def launch(launcher, grid, args: tuple, kwargs: dict) -> None:
+        launcher[grid](*args, **kwargs)
+        launches.append((launcher, grid, args, kwargs))
+
+    launch(_bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
         out, dout, dsum, lay["CU_Q"], *strides(out, varlen), *strides(dout, varlen),
         lay["stride_lse_b"], lay["stride_lse_h"], nheads, seqlen_q, head_dv),
-        dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen)))
-    launch(*launches[-1])
+        dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen))
 
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
@@ -595,29 +595,28 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     dq_acc = (torch.zeros(dq4.shape, dtype=torch.float32, device=q.device) if atomic
               else _dummy(q.device))
     dq_acc_strides = strides(dq_acc, varlen) if atomic else (0, 0, 0)
+
     def dkdv_grid(meta):
         return (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)
 
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    launches.append((_dkdv_launch, dkdv_grid, (
+    launch(_dkdv_launch, dkdv_grid, (
         q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
         *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes), dict(
         **common, **bias, **sparse_args(params, seqlen_q, lse, "q"),
         stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1], stride_dbm=dbias_strides[2],
-        HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic)))
-    launch(*launches[-1])
+        HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     else:
-        launches.append((_dq_launch, dq_grid, (
+        launch(_dq_launch, dq_grid, (
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
-            **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"))))
-        launch(*launches[-1])
+            **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
     if record is not None:
         for recorded in launches:
             record.add(*recorded)
