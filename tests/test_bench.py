@@ -275,3 +275,38 @@ def test_top_level_cli_runs_bench(tmp_path):
     assert main(["bench"] + TINY + ["--mode", "fwd", "--causal", "no", "--no-plot",
                                     "--providers", "eager", "--out", str(tmp_path)]) == 0
     assert len(list(tmp_path.glob("bench-*.json"))) == 1
+
+
+def test_flashtile_rows_record_the_configs_its_kernels_ran():
+    """A timed flashtile row carries the configs its forward, dK/dV and dQ kernels ran (to read
+    an outlier point later); on the torch path there are none."""
+    import flashtile
+    from flashtile.kernels import bwd, fwd
+
+    provider = providers.FlashtileProvider()
+    case = BenchCase(batch=1, seqlen=32, nheads=2, nheads_kv=2, headdim=16, causal=True,
+                     dtype="fp32", mode="fwdbwd")
+    q, k, v = (torch.randn(1, 32, 2, 16, requires_grad=True) for _ in range(3))
+    cpu = torch.device("cpu")
+    flashtile.set_backend("torch")
+    try:
+        assert provider.launched_configs(case, cpu) is None
+    finally:
+        flashtile.set_backend(None)
+    flashtile.set_backend("triton")
+    try:
+        provider.build(case, cpu)(q, k, v).sum().backward()
+        configs = provider.launched_configs(case, cpu)
+    finally:
+        flashtile.set_backend(None)
+    want = {name: "{}x{}/{}w/{}s".format(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
+                                          c.num_stages)
+            for name, c in (("fwd", fwd._fwd.best_config), ("dkdv", bwd._dkdv.best_config),
+                            ("dq", bwd._dq.best_config))}
+    assert configs == want
+    fwd_only = BenchCase(**{**case.__dict__, "mode": "fwd"})
+    flashtile.set_backend("triton")
+    try:
+        assert list(provider.launched_configs(fwd_only, cpu)) == ["fwd"]
+    finally:
+        flashtile.set_backend(None)

@@ -71,6 +71,10 @@ class Provider:
             return f"not supported: {_first_line(error)}"
         return None
 
+    def launched_configs(self, case: BenchCase, device: torch.device) -> dict | None:
+        """The kernel configs the last timed call ran (the subject's own kernels), if known."""
+        return None
+
     def memory_estimate(self, case: BenchCase) -> float:
         """Bytes of ``seqlen x seqlen`` intermediates (for a clear n/a before an OOM)."""
         passes = 1 if case.mode == "fwd" else 2
@@ -122,6 +126,24 @@ class FlashtileProvider(Provider):
         def run(q, k, v):
             return flash_attn_func(q, k, v, causal=causal, softmax_scale=scale)
         return run
+
+    def launched_configs(self, case, device):
+        """``{"fwd" | "dkdv" | "dq": "BLOCK_MxBLOCK_N/warps w/stages s"}`` of the kernels the
+        case's mode runs (their autotuners' last config; replayed launch plans set it too);
+        None on the torch path."""
+        from flashtile.backend import resolve
+        if resolve(device) != "triton":
+            return None
+        from flashtile.kernels import bwd, fwd
+        tuners = {"fwd": fwd._fwd, "dkdv": bwd._dkdv, "dq": bwd._dq}
+        names = {"fwd": ["fwd"], "bwd": ["dkdv", "dq"]}.get(case.mode, ["fwd", "dkdv", "dq"])
+        out = {}
+        for name in names:
+            c = getattr(tuners[name], "best_config", None)
+            if c is not None:
+                out[name] = (f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}/{c.num_warps}w/"
+                             f"{c.num_stages}s")
+        return out or None
 
 
 class SdpaProvider(Provider):

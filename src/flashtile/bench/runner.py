@@ -48,6 +48,7 @@ class Measurement:
     best_other: str | None = None
     vs_best_other: float | None = None
     vs_cudnn: float | None = None
+    configs: dict | None = None
 
     @property
     def tflops(self) -> float | None:
@@ -59,7 +60,8 @@ class Measurement:
         row = {"provider": self.provider, **self.case.as_dict(), "status": self.status,
                "reason": self.reason, "ms": self.ms, "tflops": self.tflops,
                "peak_memory_bytes": self.peak_memory, "best_other": self.best_other,
-               "vs_best_other": self.vs_best_other, "vs_cudnn": self.vs_cudnn}
+               "vs_best_other": self.vs_best_other, "vs_cudnn": self.vs_cudnn,
+               "configs": self.configs}
         row["check"] = self.check.as_dict() if self.check is not None else None
         return row
 
@@ -102,7 +104,8 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measureme
                 call = make_timed_call(provider, case, device)
                 memory = peak_extra_memory(call, device) if options.memory else None
                 ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
-            return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory)
+            return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory,
+                               configs=provider.launched_configs(case, device))
         except Exception as exc:  # reported, never raised
             reason = provider.explain_failure(exc, [str(w.message) for w in caught])
             status = "n/a" if reason is not None else "error"
