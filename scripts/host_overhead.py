@@ -284,6 +284,21 @@ def check_dense_plans(launches, seen) -> int:
     for name, (base, changed) in pairs.items():
         failures += _replays_like_full(launches, base, changed,
                                        f"plans fwd+bwd, one argument changed ({name})")
+    # A tensor the launching code passes without naming it (here: a stand-in made on the side,
+    # alone or inside a tuple argument) must keep the call unplanned: a replay would pass it
+    # stale.
+    real_bias, real_mods = fwd.bias_args, fwd.mod_args
+    side = {"a tensor the call did not name": (
+                lambda *a, **kw: {**real_bias(*a, **kw), "BIAS": torch.zeros(1)}, real_mods),
+            "a tensor inside a tuple argument": (
+                real_bias, lambda *a, **kw: {**real_mods(*a, **kw), "sm_args": (torch.zeros(1),)})}
+    for n, (name, (fwd.bias_args, fwd.mod_args)) in enumerate(side.items()):
+        before = len(fwd._PLANS)
+        launches(make(*inputs("plain", s=160 + 16 * n)))      # (a new signature)
+        ok = len(fwd._PLANS) == before
+        failures += not ok
+        print(f"plans fwd+bwd, {name}: {'not planned' if ok else 'PLANNED'}")
+    fwd.bias_args, fwd.mod_args = real_bias, real_mods
     os.environ["FLASHTILE_BWD_DQ"] = "atomic"
     before = len(bwd._PLANS)
     launches(make(q, k, v, dout, {**kw, "softcap": 5.0}))     # (a new signature)

@@ -103,6 +103,10 @@ class _Launch:
                     raise LookupError(f"{jit_fn.arg_names[i]}: a tensor the call did not name")
                 self.places.append((i, names[id(value)]))
                 self.values[i] = None                 # keep no tensor alive
+            elif isinstance(value, (tuple, list)) and any(
+                    isinstance(x, torch.Tensor) for x in value):
+                # (a score_mod's captured tensors travel as a tuple: never replayed)
+                raise LookupError(f"{jit_fn.arg_names[i]}: tensors inside a tuple")
         kernel = jit_fn.run(*args, grid=grid, warmup=True, **kwargs)
         self.kernel = kernel.result() if hasattr(kernel, "result") else kernel
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
