@@ -167,9 +167,15 @@ def check_plans() -> int:
         seen.clear()
         call()
         own = {t.data_ptr() for t in call.tensors}
-        return [(h, [(tuple(v.shape), v.stride(), v.dtype, v.data_ptr() if v.data_ptr() in own
-                      else None) if isinstance(v, torch.Tensor) else v for v in a])
-                for h, a in seen]
+
+        def arg(v):                     # (tensors inside tuples too: a score_mod's captures)
+            if isinstance(v, tuple):
+                return tuple(arg(x) for x in v)
+            if isinstance(v, torch.Tensor):
+                return (tuple(v.shape), v.stride(), v.dtype,
+                        v.data_ptr() if v.data_ptr() in own else None)
+            return v
+        return [(h, [arg(v) for v in a]) for h, a in seen]
 
     failures = 0
     for b, cache in ((1, 4096), (16, 1024)):                 # split + combine; one kernel
@@ -284,21 +290,17 @@ def check_dense_plans(launches, seen) -> int:
     for name, (base, changed) in pairs.items():
         failures += _replays_like_full(launches, base, changed,
                                        f"plans fwd+bwd, one argument changed ({name})")
-    # A tensor the launching code passes without naming it (here: a stand-in made on the side,
-    # alone or inside a tuple argument) must keep the call unplanned: a replay would pass it
-    # stale.
-    real_bias, real_mods = fwd.bias_args, fwd.mod_args
-    side = {"a tensor the call did not name": (
-                lambda *a, **kw: {**real_bias(*a, **kw), "BIAS": torch.zeros(1)}, real_mods),
-            "a tensor inside a tuple argument": (
-                real_bias, lambda *a, **kw: {**real_mods(*a, **kw), "sm_args": (torch.zeros(1),)})}
-    for n, (name, (fwd.bias_args, fwd.mod_args)) in enumerate(side.items()):
-        before = len(fwd._PLANS)
-        launches(make(*inputs("plain", s=160 + 16 * n)))      # (a new signature)
-        ok = len(fwd._PLANS) == before
-        failures += not ok
-        print(f"plans fwd+bwd, {name}: {'not planned' if ok else 'PLANNED'}")
-    fwd.bias_args, fwd.mod_args = real_bias, real_mods
+    failures += check_flex_plans(launches)
+    # A tensor the launching code passes without naming it (here: a stand-in made on the side)
+    # must keep the call unplanned: a replay would pass it stale.
+    real_bias = fwd.bias_args
+    fwd.bias_args = lambda *a, **kw: {**real_bias(*a, **kw), "BIAS": torch.zeros(1)}
+    before = len(fwd._PLANS)
+    launches(make(*inputs("plain", s=160)))                     # (a new signature)
+    fwd.bias_args = real_bias
+    ok = len(fwd._PLANS) == before
+    failures += not ok
+    print(f"plans fwd+bwd, a tensor the call did not name: {'not planned' if ok else 'PLANNED'}")
     os.environ["FLASHTILE_BWD_DQ"] = "atomic"
     before = len(bwd._PLANS)
     launches(make(q, k, v, dout, {**kw, "softcap": 5.0}))     # (a new signature)
@@ -306,6 +308,79 @@ def check_dense_plans(launches, seen) -> int:
     failures += not ok
     print(f"plans fwd+bwd, one-pass dQ backward: {'not planned' if ok else 'PLANNED'}")
     os.environ.pop("FLASHTILE_BWD_DQ")
+    return failures
+
+
+def check_flex_plans(launches) -> int:
+    """``flex_attention`` forward + backward with block masks and compiled mods (one capturing
+    a tensor): planned launches equal the full path's; calls with another mask_mod, block
+    size, score_mod or captured tensor launch what the full path launches."""
+    import flashtile
+    from flashtile import masks
+    from flashtile.kernels import bwd
+
+    b, h, s, d = 1, 4, 256, 64
+    biases = [torch.randn(h), torch.randn(h)]
+
+    def causal(b_, h_, i, j):
+        return i >= j
+
+    def window(b_, h_, i, j):
+        return i - j < 96
+
+    def relpos(score, b_, h_, i, j):
+        return score - 0.01 * (i - j)
+
+    def captures(n):
+        bias = biases[n]
+
+        def score_mod(score, b_, h_, i, j):
+            return score + bias[h_]
+        return score_mod
+
+    def block_mask(mask_mod, size):
+        return masks.create_block_mask(mask_mod, None, None, s, s, device="cpu", BLOCK_SIZE=size)
+
+    def make(mask_mod=None, score_mod=None, size=128):
+        q, k, v = (torch.randn(b, h, s, d, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(b, h, s, d, dtype=torch.bfloat16)
+        bm = block_mask(mask_mod, size) if mask_mod is not None else None
+
+        def call():
+            out = flashtile.flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+            torch.autograd.grad(out, (q, k, v), dout)
+        call.tensors = [q, k, v, dout, *biases, *(() if bm is None else (getattr(bm, n) for n in (
+            "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+            "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")))]
+        return call
+
+    failures = 0
+    variants = {"causal block mask": dict(mask_mod=causal),
+                "window block mask + relpos score_mod": dict(mask_mod=window, score_mod=relpos),
+                "relpos score_mod": dict(score_mod=relpos),
+                "score_mod capturing a tensor": dict(mask_mod=causal, score_mod=captures(0))}
+    for name, kw in variants.items():
+        calls = [make(**kw) for _ in range(2)]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+        full = [launches(call) for call in calls]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+        before = len(bwd._PLANS)
+        planned = [launches(call) for call in calls]
+        ok = full == planned and len(full[0]) == 4
+        recorded = len(bwd._PLANS) == before + 1
+        failures += not (ok and recorded)
+        print(f"plans flex {name}: {'same launches' if ok else 'DIFFERENT'}, "
+              f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+    pairs = {"mask_mod": (make(mask_mod=causal), make(mask_mod=window)),
+             "block size": (make(mask_mod=causal), make(mask_mod=causal, size=64)),
+             "score_mod": (make(mask_mod=causal), make(mask_mod=causal, score_mod=relpos)),
+             # (the same code, another captured tensor: a replay passes the call's own)
+             "captured tensor": (make(mask_mod=causal, score_mod=captures(0)),
+                                 make(mask_mod=causal, score_mod=captures(1)))}
+    for name, (base, changed) in pairs.items():
+        failures += _replays_like_full(launches, base, changed,
+                                       f"plans flex, one argument changed ({name})")
     return failures
 
 

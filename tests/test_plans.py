@@ -64,6 +64,44 @@ def test_gpu_replays_equal_the_full_path(monkeypatch, name):
 
 
 @pytest.mark.gpu
+def test_gpu_flex_replays_equal_the_full_path(monkeypatch):
+    """flex_attention with a block mask and a score_mod capturing a tensor: recorded with one
+    captured tensor, replayed with another (same layout): the full path's results bitwise."""
+    from flashtile import masks
+    from flashtile.kernels import bwd
+
+    b, h, s, d = 2, 4, 384, 64
+
+    def causal(b_, h_, i, j):
+        return i >= j
+
+    def captures(bias):
+        def score_mod(score, b_, h_, i, j):
+            return score + bias[h_]
+        return score_mod
+    bm = masks.create_block_mask(causal, None, None, s, s, device=DEVICE)
+    calls = []
+    for _ in range(2):
+        q, k, v = (torch.randn(b, h, s, d, device=DEVICE, dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        dout = torch.randn(b, h, s, d, device=DEVICE, dtype=torch.bfloat16)
+        mod = captures(torch.randn(h, device=DEVICE))
+        calls.append((q, k, v, dout, mod))
+
+    def run(q, k, v, dout, mod):
+        out = flashtile.flex_attention(q, k, v, score_mod=mod, block_mask=bm)
+        return (out, *torch.autograd.grad(out, (q, k, v), dout))
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    want = [run(*c) for c in calls]
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    before = len(bwd._PLANS)
+    got = [run(*c) for c in calls]                   # records, then replays
+    assert len(bwd._PLANS) == before + 1
+    for w, g in zip(want, got):
+        assert all(torch.equal(x, y) for x, y in zip(w, g))
+
+
+@pytest.mark.gpu
 def test_gpu_decode_replays_equal_the_full_path(monkeypatch):
     """Decoding (split + combine) replayed from a plan, cache lengths changed between calls:
     the full path's results bitwise."""
@@ -88,32 +126,51 @@ def test_gpu_decode_replays_equal_the_full_path(monkeypatch):
         assert all(torch.equal(w, g) for w, g in zip(want, got))
 
 
-def test_dense_key_plans_only_what_it_can_replay(monkeypatch):
-    """Dense calls without side tensors get a key (dropout's key enters only by its int
-    types: replays pass their own); a bias, varlen, a block mask or a score_mod never; nothing
-    under the interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
+def test_call_key_plans_only_what_it_can_replay(monkeypatch):
+    """Calls get a key when every tensor they hand the kernels is the call's own: dropout
+    enters only by its int types (replays pass their own key), a block mask by its lists'
+    layouts, mods by their generated code and their captured tensors' layouts; never with a
+    bias or varlen; nothing under the interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
+    from flashtile import masks
     from flashtile.kernels import plans
 
     monkeypatch.setattr(plans, "interpreting", lambda: False)
+    key = plans.call_key
     q = torch.randn(1, 16, 2, 16)
     base = AttentionParams(softmax_scale=0.25, causal=True, window_right=0)
-    assert plans.dense_key(q, q, q, base) is not None
-    assert plans.dense_key(q, q, q, base) == plans.dense_key(q.clone(), q, q, base)
-    assert plans.dense_key(q, q, q, base) != plans.dense_key(q, q, q, base.with_(softcap=2.0))
-    assert (plans.dense_key(q, q, q, base)
-            != plans.dense_key(q.transpose(1, 2).contiguous().transpose(1, 2), q, q, base))
+    assert key(q, q, q, base) is not None
+    assert key(q, q, q, base) == key(q.clone(), q, q, base)
+    assert key(q, q, q, base) != key(q, q, q, base.with_(softcap=2.0))
+    assert key(q, q, q, base) != key(q.transpose(1, 2).contiguous().transpose(1, 2), q, q, base)
     drop = base.with_(dropout_p=0.1, seed=5, offset=7)
-    assert plans.dense_key(q, q, q, drop) == plans.dense_key(q, q, q, drop.with_(seed=9,
-                                                                                offset=2**31 - 1))
-    assert plans.dense_key(q, q, q, drop) != plans.dense_key(q, q, q, drop.with_(offset=2**31))
+    assert key(q, q, q, drop) == key(q, q, q, drop.with_(seed=9, offset=2**31 - 1))
+    assert key(q, q, q, drop) != key(q, q, q, drop.with_(offset=2**31))
+
+    def window(b, h, i, j):
+        return i - j < 4
+    bm = masks.create_block_mask(window, None, None, 16, 16, device="cpu", BLOCK_SIZE=16)
+    again = masks.create_block_mask(window, None, None, 16, 16, device="cpu", BLOCK_SIZE=16)
+    flex = AttentionParams(softmax_scale=0.25, mask_mod=window, block_mask=bm)
+    assert key(q, q, q, flex) is not None
+    assert key(q, q, q, flex) == key(q, q, q, flex.with_(block_mask=again))   # same layouts
+    cpu = torch.device("cpu")
+    assert plans.params_tensors(flex, cpu)["kv_indices"] is bm.kv_indices
+
+    def captures(bias):
+        def score_mod(score, b, h, i, j):
+            return score + bias[h]
+        return score_mod
+    a, b, wide = torch.randn(2), torch.randn(2), torch.randn(2, 2)[:, 0]
+    mod_a = base.with_(score_mod=captures(a))
+    assert key(q, q, q, mod_a) == key(q, q, q, base.with_(score_mod=captures(b)))
+    assert key(q, q, q, mod_a) != key(q, q, q, base.with_(score_mod=captures(wide)))  # stride
+    assert plans.params_tensors(mod_a, cpu)["sm_args"][0].data_ptr() == a.data_ptr()
     never = {"bias": dict(attn_bias=torch.zeros(1, 1, 16, 16)),
-             "varlen": dict(cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32)),
-             "score_mod": dict(score_mod=lambda s, b, h, i, j: s),
-             "block mask": dict(block_mask=object())}
+             "varlen": dict(cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32))}
     for name, change in never.items():
-        assert plans.dense_key(q, q, q, base.with_(**change)) is None, name
+        assert key(q, q, q, base.with_(**change)) is None, name
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
-    assert plans.dense_key(q, q, q, base) is None
+    assert key(q, q, q, base) is None
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
     monkeypatch.setattr(plans, "interpreting", lambda: True)
-    assert plans.dense_key(q, q, q, base) is None
+    assert key(q, q, q, base) is None

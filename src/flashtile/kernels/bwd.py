@@ -520,22 +520,21 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     Returns ``(dq, dk, dv)`` shaped like ``(q, k, v)``, in their dtype; with
     ``need_bias_grad`` also ``dbias`` shaped and typed like ``params.attn_bias``.
 
-    A dense call whose signature was launched before replays its launch plan
-    (:func:`flashtile.kernels.plans.dense_key`, two-pass dQ): only the gradients and the
+    A call whose signature was launched before replays its launch plan
+    (:func:`flashtile.kernels.plans.call_key`, two-pass dQ): only the gradients and the
     ``D`` rows are allocated.
     """
     varlen = params.cu_seqlens_q is not None
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    key = plans.dense_key(q, k, v, params)
+    key = plans.call_key(q, k, v, params)
     atomic = dq_mode(params.deterministic) == "atomic"
     if key is not None and not need_bias_grad and not atomic:
         # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
-                  "slopes": params.alibi_slopes, "dq_acc": _dummy(q.device),
-                  "seed": params.seed, "offset": params.offset}
+                  "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
             return plan.replay(inputs, q.device)
         record = plans.Recorder()
@@ -622,7 +621,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             record.add(*recorded)
         _PLANS.put(key, record.plan({**inputs, "dq": dq, "dk": dk, "dv": dv, "dsum": dsum},
                                     ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
-                                    plans.DROPOUT_SCALARS))
+                                    plans.CALL_VALUES))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

@@ -272,15 +272,15 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     k/v ``(total_k, hkv, d|dv)``, out ``(total_q, hq, dv)``, lse ``(hq, total_q)``; with
     ``params.block_table`` k/v are pages ``(num_blocks, page, hkv, d|dv)``.
 
-    A dense call whose signature was launched before replays its launch plan
-    (:func:`flashtile.kernels.plans.dense_key`): only the outputs are allocated.
+    A call whose signature was launched before replays its launch plan
+    (:func:`flashtile.kernels.plans.call_key`): only the outputs are allocated.
     """
-    key = plans.dense_key(q, k, v, params)
+    key = plans.call_key(q, k, v, params)
     if key is not None:
+        inputs = {"q": q, "k": k, "v": v, **plans.params_tensors(params, q.device)}
         plan = _PLANS.get(key)
         if plan is not None:
-            return plan.replay({"q": q, "k": k, "v": v, "slopes": params.alibi_slopes,
-                                "seed": params.seed, "offset": params.offset}, q.device)
+            return plan.replay(inputs, q.device)
     varlen = params.cu_seqlens_q is not None
     out_shape = (*q.shape[:-1], v.shape[-1])
     paged = params.block_table is not None       # varlen over paged K/V: k/v stay 4-D pages
@@ -326,7 +326,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     if key is not None:
         record = plans.Recorder()
         record.add(_fwd_launch, grid, args, kwargs)
-        _PLANS.put(key, record.plan({"q": q, "k": k, "v": v, "slopes": slopes, "out": out,
-                                     "lse": lse}, ("out", "lse"), ("out", "lse"),
-                                    plans.DROPOUT_SCALARS))
+        _PLANS.put(key, record.plan({**inputs, "out": out, "lse": lse}, ("out", "lse"),
+                                    ("out", "lse"), plans.CALL_VALUES))
     return out, lse

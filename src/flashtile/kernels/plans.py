@@ -18,9 +18,10 @@ Why it is safe:
   addresses (layouts, dtypes, 16-byte alignment, every scalar and flag); the replayed argument
   lists then equal the ones the full path builds. ``scripts/host_overhead.py --check-plans``
   compares both, launch by launch, argument by argument (a CI test).
-- A tensor argument that is none of the call's named tensors (a buffer made on the side, a
-  tensor captured by a score_mod) would be replayed stale: such a call gets no plan. Scalars
-  that change every call (dropout's seed and offset) are named too, and replayed per call.
+- A tensor argument that is none of the call's named tensors (a buffer made on the side), or
+  one inside a tuple argument, would be replayed stale: such a call gets no plan. Values that
+  change every call (dropout's seed and offset, a score_mod's captured tensors) are named
+  too, and a replay passes the call's own.
 - Plans hold no tensor (a KV cache of gigabytes, say), only shapes.
 - Launch hooks (a profiler such as proton) need Triton's own launch path: no plans then.
 
@@ -65,23 +66,54 @@ def int_class(x: int) -> str:
     return "i32" if -2**31 <= x < 2**31 else "i64" if x < 2**63 else "u64"
 
 
-# Dropout's RNG key changes every call: a replay passes the call's own values there.
-DROPOUT_SCALARS = {"seed": "seed", "rng_offset": "offset"}
+# Kernel parameters whose values a replay takes from the call (name in the call's dict):
+# dropout's RNG key (new every call), and the compiled mods' captured tensors with their sizes
+# and strides (a flat tuple, :meth:`flashtile.codegen.CompiledMod.kernel_args`).
+CALL_VALUES = {"seed": "seed", "rng_offset": "offset", "sm_args": "sm_args",
+               "mm_args": "mm_args"}
 
 
-def dense_key(q, k, v, params) -> tuple | None:
+def call_key(q, k, v, params) -> tuple | None:
     """The part of a forward/backward call's key that q, k, v and ``params`` give, or None when
-    the call is not planned: only dense calls whose parameters hold no tensor besides the ALiBi
-    slopes (no varlen, paged K/V, bias, score/mask mod or block mask). Dropout's seed and
-    offset are replayed per call (:data:`DROPOUT_SCALARS`): only their int types count."""
+    the call is not planned (varlen, paged K/V, a bias). A compiled mod enters by its generated
+    code's key (the same function with other captured scalars compiles to other code) and its
+    captured tensors' layouts, a block mask by its lists' layouts: their contents are the
+    call's own (:func:`params_tensors`). Dropout's seed and offset are replayed per call
+    (:data:`CALL_VALUES`): only their int types count."""
     p = params
-    if (p.attn_bias is not None or p.cu_seqlens_q is not None
-            or p.block_table is not None or p.score_mod is not None or p.mask_mod is not None
-            or p.block_mask is not None or not enabled()):
+    if (p.attn_bias is not None or p.cu_seqlens_q is not None or p.block_table is not None
+            or not enabled()):
         return None
+    mods = None
+    if p.score_mod is not None or p.mask_mod is not None:
+        from ..codegen import compile_mods
+        sm, mm = compile_mods(p)                     # (cached on params by the interface)
+        mods = (sm.key, mm.key, *(sig(b) for b in sm.buffers), None,
+                *(sig(b) for b in mm.buffers))
+    bm = p.block_mask
+    lists = None if bm is None else (bm.BLOCK_SIZE, bm.seq_lengths,
+                                     *(sig(getattr(bm, n)) for n in BLOCK_MASK_LISTS))
     return (*device_key(q), sig(q), sig(k), sig(v), p.softmax_scale, p.window_left,
             p.window_right, p.bottom_right, p.softcap, sig(p.alibi_slopes), p.dropout_p,
-            int_class(p.seed), int_class(p.offset))
+            int_class(p.seed), int_class(p.offset), mods, lists)
+
+
+BLOCK_MASK_LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
+                    "q_num_blocks", "q_indices", "full_q_num_blocks", "full_q_indices")
+
+
+def params_tensors(params, device: torch.device) -> dict:
+    """The tensors ``params`` hands the kernels, by name, and its per-call values
+    (:data:`CALL_VALUES`)."""
+    named = {"slopes": params.alibi_slopes, "seed": params.seed, "offset": params.offset,
+             "sm_args": (), "mm_args": ()}
+    if params.score_mod is not None or params.mask_mod is not None:
+        from ..codegen import compile_mods
+        sm, mm = compile_mods(params)
+        named.update(sm_args=sm.kernel_args(device), mm_args=mm.kernel_args(device))
+    if params.block_mask is not None:
+        named.update((n, getattr(params.block_mask, n)) for n in BLOCK_MASK_LISTS)
+    return named
 
 
 class _Launch:
@@ -95,7 +127,7 @@ class _Launch:
         self.values = list(bound.values())
         self.places = []
         for i, value in enumerate(self.values):
-            if jit_fn.arg_names[i] in scalars:        # a per-call scalar (dropout's seed)
+            if jit_fn.arg_names[i] in scalars:        # a per-call value (dropout's seed)
                 self.places.append((i, scalars[jit_fn.arg_names[i]]))
                 self.values[i] = None
             elif isinstance(value, torch.Tensor):
