@@ -174,3 +174,31 @@ def test_call_key_plans_only_what_it_can_replay(monkeypatch):
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
     monkeypatch.setattr(plans, "interpreting", lambda: True)
     assert key(q, q, q, base) is None
+
+
+def test_a_launch_with_an_unnamed_tensor_is_never_planned(monkeypatch):
+    """A tensor argument the call did not name, alone or inside a tuple, makes the plan None
+    (a replay would pass it stale); named tensors are blanked (a plan keeps none alive) and
+    per-call values take their place by parameter name."""
+    from types import SimpleNamespace
+
+    from flashtile.kernels import plans
+
+    def binder(*args, **kwargs):
+        return dict(zip(("X", "T", "seed"), args)), None, None
+
+    fake = SimpleNamespace(arg_names=["X", "T", "seed"], device_caches={0: (None,) * 4 + (binder,)},
+                           run=lambda *a, **kw: SimpleNamespace(result=lambda: "compiled"))
+    monkeypatch.setattr(plans, "driver", SimpleNamespace(
+        active=SimpleNamespace(get_current_device=lambda: 0)))
+    x, other = torch.zeros(2), torch.zeros(3)
+
+    def plan(t_arg):
+        rec = plans.Recorder()
+        rec.raw.append((fake, (1,), (x, t_arg, 7), {}, None))
+        return rec.plan({"x": x, "seed": 7}, (), ("x",), {"seed": "seed"})
+    assert plan(other) is None                                    # unnamed
+    assert plan((other, 4)) is None                               # inside a tuple
+    made = plan((4, 5))
+    launch = made.launches[0]
+    assert launch.values == [None, (4, 5), None] and launch.places == [(0, "x"), (2, "seed")]
