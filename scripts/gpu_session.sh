@@ -2,7 +2,7 @@
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
-#          bwdsweep
+#          bwdsweep plans outlier
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -75,6 +75,18 @@ PY
     diagnose) # where the time goes: sparse vs dense kernels, decode split counts, dropout
       python3 scripts/diagnose.py --what ${DIAG_WHAT:-sparse,decode,dropout} --out "$OUT" 2>&1 \
         | tee "$OUT/diagnose.log" ;;
+    plans) # host time per call with launch plans off, then on (real launches; host-bound calls)
+      for what in fwd fwdbwd decode flex; do
+        for p in 0 1; do
+          echo "$what plans=$p: $(FLASHTILE_LAUNCH_PLANS=$p timeout 60 python3 scripts/host_overhead.py \
+            --gpu --what $what --calls 200 2>&1 | tail -1)"
+        done
+      done 2>&1 | tee "$OUT/plans.log" ;;
+    outlier) # session 8's d=128 non-causal fwd+bwd at 1k (241 TFLOP/s, below 512 and 2k): the
+      # bench JSON now records each point's kernel configs
+      python3 -m flashtile bench --seqlens 512,1k,2k --headdims 128 --causal no --mode fwdbwd \
+        --providers flashtile,cudnn --no-plot --out "$OUT/bench-outlier" 2>&1 \
+        | tee "$OUT/bench-outlier.log" | tail -12 ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
     core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2
