@@ -76,7 +76,7 @@ PY
       python3 scripts/diagnose.py --what ${DIAG_WHAT:-sparse,decode,dropout} --out "$OUT" 2>&1 \
         | tee "$OUT/diagnose.log" ;;
     plans) # host time per call with launch plans off, then on (real launches; host-bound calls)
-      for what in fwd fwdbwd decode flex; do
+      for what in fwd fwdbwd decode flex varlen; do
         for p in 0 1; do
           echo "$what plans=$p: $(FLASHTILE_LAUNCH_PLANS=$p timeout 60 python3 scripts/host_overhead.py \
             --gpu --what $what --calls 200 2>&1 | tail -1)"

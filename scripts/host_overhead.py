@@ -7,9 +7,11 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 (validation, autograd, autotuner lookup, Triton's argument binding, torch allocations), timed
 over many calls, with a cProfile breakdown of the top functions.
 
-    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex] [--cache N] [--tma] [--profile]
+    python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex|varlen] [--cache N] [--tma]
+        [--profile] [--gpu] [--check-plans]
 
-``flex``: ``flex_attention`` forward+backward with a 50% random block mask.
+``flex``: ``flex_attention`` forward+backward with a 50% random block mask; ``varlen``:
+``flash_attn_varlen_func`` forward+backward over 4 packed sequences (512 tokens).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def _no_launch(self):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--what", default="fwdbwd", choices=("fwd", "fwdbwd", "decode", "flex"))
+    p.add_argument("--what", default="fwdbwd",
+                   choices=("fwd", "fwdbwd", "decode", "flex", "varlen"))
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--cache", type=int, default=256,
                    help="decode: cache length (32768: the split path with its combine launch)")
@@ -94,6 +97,15 @@ def main() -> int:
         def step():
             # autograd.grad, not .backward: no gradient accumulation on the host
             torch.autograd.grad(flashtile.flex_attention(q, k, v, block_mask=bm), (q, k, v), dout)
+    elif args.what == "varlen":
+        q, k, v = (torch.randn(512, 16, 128, dtype=torch.bfloat16, device=dev,
+                               requires_grad=True) for _ in range(3))
+        dout = torch.randn(512, 16, 128, dtype=torch.bfloat16, device=dev)
+        cu = torch.tensor([0, 100, 228, 400, 512], dtype=torch.int32, device=dev)
+
+        def step():
+            out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, 172, 172, causal=True)
+            torch.autograd.grad(out, (q, k, v), dout)
     else:
         q, k, v = (torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, device=dev,
                                requires_grad=True) for _ in range(3))
@@ -291,6 +303,7 @@ def check_dense_plans(launches, seen) -> int:
         failures += _replays_like_full(launches, base, changed,
                                        f"plans fwd+bwd, one argument changed ({name})")
     failures += check_flex_plans(launches)
+    failures += check_varlen_plans(launches)
     # A tensor the launching code passes without naming it (here: a stand-in made on the side)
     # must keep the call unplanned: a replay would pass it stale.
     real_bias = fwd.bias_args
@@ -381,6 +394,54 @@ def check_flex_plans(launches) -> int:
     for name, (base, changed) in pairs.items():
         failures += _replays_like_full(launches, base, changed,
                                        f"plans flex, one argument changed ({name})")
+    return failures
+
+
+def check_varlen_plans(launches) -> int:
+    """``flash_attn_varlen_func`` forward + backward (the kernels see ``(1, total, h, d)``
+    views; the outputs are views of such buffers): planned launches equal the full path's;
+    other lengths in the same layouts replay with the call's own ``cu_seqlens``; another
+    maximum is another signature."""
+    import flashtile
+    from flashtile.kernels import bwd
+
+    h, d = 4, 64
+
+    def make(lengths, causal=True, dropout_p=0.0, max_len=None):
+        total = sum(lengths)
+        q, k, v = (torch.randn(total, h, d, dtype=torch.bfloat16, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(total, h, d, dtype=torch.bfloat16)
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        longest = max_len or max(lengths)
+
+        def call():
+            torch.manual_seed(0)
+            out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, longest, longest,
+                                                   causal=causal, dropout_p=dropout_p)
+            torch.autograd.grad(out, (q, k, v), dout)
+        call.tensors = [q, k, v, dout, cu]
+        return call
+
+    failures = 0
+    for name, kw in {"causal": {}, "not causal": dict(causal=False),
+                     "dropout": dict(dropout_p=0.1)}.items():
+        calls = [make([100, 37, 120], **kw) for _ in range(2)]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+        full = [launches(call) for call in calls]
+        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+        before = len(bwd._PLANS)
+        planned = [launches(call) for call in calls]
+        ok = full == planned and len(full[0]) == 4
+        recorded = len(bwd._PLANS) == before + 1
+        failures += not (ok and recorded)
+        print(f"plans varlen {name}: {'same launches' if ok else 'DIFFERENT'}, "
+              f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+    pairs = {"lengths": (make([100, 37, 120]), make([120, 100, 37])),
+             "max_seqlen": (make([100, 37, 120]), make([100, 37, 120], max_len=128))}
+    for name, (base, changed) in pairs.items():
+        failures += _replays_like_full(launches, base, changed,
+                                       f"plans varlen, one argument changed ({name})")
     return failures
 
 

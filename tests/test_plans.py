@@ -102,6 +102,35 @@ def test_gpu_flex_replays_equal_the_full_path(monkeypatch):
 
 
 @pytest.mark.gpu
+def test_gpu_varlen_replays_equal_the_full_path(monkeypatch):
+    """flash_attn_varlen_func recorded on one packing, replayed on another with the same
+    total and longest sequence: the full path's results bitwise (the gradients are views of
+    the kernels' (1, total, h, d) buffers)."""
+    from flashtile.kernels import bwd
+
+    def packed(lengths):
+        total, h, d = sum(lengths), 4, 64
+        q, k, v = (torch.randn(total, h, d, device=DEVICE, dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
+                          device=DEVICE)
+        return q, k, v, torch.randn(total, h, d, device=DEVICE, dtype=torch.bfloat16), cu
+
+    def run(q, k, v, dout, cu):
+        out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300, causal=True)
+        return (out, *torch.autograd.grad(out, (q, k, v), dout))
+    calls = [packed([300, 17, 250]), packed([250, 300, 17])]
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    want = [run(*c) for c in calls]
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    before = len(bwd._PLANS)
+    got = [run(*c) for c in calls]                   # records, then replays
+    assert len(bwd._PLANS) == before + 1
+    for w, g in zip(want, got):
+        assert all(torch.equal(x, y) and x.shape == y.shape for x, y in zip(w, g))
+
+
+@pytest.mark.gpu
 def test_gpu_decode_replays_equal_the_full_path(monkeypatch):
     """Decoding (split + combine) replayed from a plan, cache lengths changed between calls:
     the full path's results bitwise."""
@@ -129,8 +158,9 @@ def test_gpu_decode_replays_equal_the_full_path(monkeypatch):
 def test_call_key_plans_only_what_it_can_replay(monkeypatch):
     """Calls get a key when every tensor they hand the kernels is the call's own: dropout
     enters only by its int types (replays pass their own key), a block mask by its lists'
-    layouts, mods by their generated code and their captured tensors' layouts; never with a
-    bias or varlen; nothing under the interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
+    layouts, mods by their generated code and their captured tensors' layouts, varlen by the
+    cu_seqlens layouts and the maxima; never with a bias or paged K/V; nothing under the
+    interpreter or with FLASHTILE_LAUNCH_PLANS=0."""
     from flashtile import masks
     from flashtile.kernels import plans
 
@@ -165,8 +195,15 @@ def test_call_key_plans_only_what_it_can_replay(monkeypatch):
     assert key(q, q, q, mod_a) == key(q, q, q, base.with_(score_mod=captures(b)))
     assert key(q, q, q, mod_a) != key(q, q, q, base.with_(score_mod=captures(wide)))  # stride
     assert plans.params_tensors(mod_a, cpu)["sm_args"][0].data_ptr() == a.data_ptr()
+    cu = torch.tensor([0, 6, 16], dtype=torch.int32)
+    packed = base.with_(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=10, max_seqlen_k=10)
+    q1 = q[0]                                                        # (total, h, d)
+    assert key(q1, q1, q1, packed) == key(q1, q1, q1, packed.with_(
+        cu_seqlens_q=torch.tensor([0, 10, 16], dtype=torch.int32)))  # other lengths: own tensors
+    assert key(q1, q1, q1, packed) != key(q1, q1, q1, packed.with_(max_seqlen_q=11))
+    assert plans.params_tensors(packed, cpu)["cu_seqlens_q"] is cu
     never = {"bias": dict(attn_bias=torch.zeros(1, 1, 16, 16)),
-             "varlen": dict(cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32))}
+             "paged K/V": dict(cu_seqlens_q=cu, block_table=torch.zeros(2, 1, dtype=torch.int32))}
     for name, change in never.items():
         assert key(q, q, q, base.with_(**change)) is None, name
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")

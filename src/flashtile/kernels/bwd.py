@@ -527,7 +527,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     varlen = params.cu_seqlens_q is not None
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
-    key = plans.call_key(q, k, v, params)
+    if varlen:                                   # (total, h, d) -> (1, total, h, d) views
+        q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
+    key = plans.call_key(q, k, v, params)        # (tensors as the kernels see them)
     atomic = dq_mode(params.deterministic) == "atomic"
     if key is not None and not need_bias_grad and not atomic:
         # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
@@ -536,20 +538,20 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
-            return plan.replay(inputs, q.device)
+            grads = plan.replay(inputs, q.device)
+            return tuple(g[0] for g in grads) if varlen else grads
         record = plans.Recorder()
     else:
         record = None
-    dq = alloc(q.shape, q.dtype, q.device)
-    dk = alloc(k.shape, k.dtype, k.device)
-    dv = alloc(v.shape, v.dtype, v.device)
-    if varlen:                                   # (total, h, d) -> (1, total, h, d) views
-        q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
-        dq4, dk4, dv4 = dq.unsqueeze(0), dk.unsqueeze(0), dv.unsqueeze(0)
+    # varlen: the gradients (total, h, d) are views of the kernels' (1, total, h, d) buffers
+    dq4 = alloc(q.shape, q.dtype, q.device)
+    dk4 = alloc(k.shape, k.dtype, k.device)
+    dv4 = alloc(v.shape, v.dtype, v.device)
+    dq, dk, dv = (dq4[0], dk4[0], dv4[0]) if varlen else (dq4, dk4, dv4)
+    if varlen:
         batch = params.cu_seqlens_q.numel() - 1
         seqlen_q, seqlen_k = params.max_seqlen_q, params.max_seqlen_k
     else:
-        dq4, dk4, dv4 = dq, dk, dv
         batch, seqlen_q, seqlen_k = q.shape[0], q.shape[1], k.shape[1]
     nheads, head_d = q.shape[2], q.shape[3]
     nheads_kv, head_dv = k.shape[2], v.shape[3]
@@ -619,7 +621,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if record is not None:
         for recorded in launches:
             record.add(*recorded)
-        _PLANS.put(key, record.plan({**inputs, "dq": dq, "dk": dk, "dv": dv, "dsum": dsum},
+        _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
                                     ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
                                     plans.CALL_VALUES))
     if need_bias_grad:

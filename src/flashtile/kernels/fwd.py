@@ -275,12 +275,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     A call whose signature was launched before replays its launch plan
     (:func:`flashtile.kernels.plans.call_key`): only the outputs are allocated.
     """
-    key = plans.call_key(q, k, v, params)
-    if key is not None:
-        inputs = {"q": q, "k": k, "v": v, **plans.params_tensors(params, q.device)}
-        plan = _PLANS.get(key)
-        if plan is not None:
-            return plan.replay(inputs, q.device)
     varlen = params.cu_seqlens_q is not None
     out_shape = (*q.shape[:-1], v.shape[-1])
     paged = params.block_table is not None       # varlen over paged K/V: k/v stay 4-D pages
@@ -293,10 +287,18 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     else:
         batch, seqlen_q = q.shape[0], q.shape[1]
         seqlen_k = k.shape[1]
+    key = plans.call_key(q, k, v, params)        # (q, k, v as the kernel sees them)
+    if key is not None:
+        inputs = {"q": q, "k": k, "v": v, **plans.params_tensors(params, q.device)}
+        plan = _PLANS.get(key)
+        if plan is not None:
+            out4, lse = plan.replay(inputs, q.device)
+            return (out4[0] if varlen else out4), lse
     nheads, head_d = q.shape[2], q.shape[3]
     nheads_kv, head_dv = k.shape[2], v.shape[3]
-    out = alloc(out_shape, q.dtype, q.device)
-    out4 = out.unsqueeze(0) if varlen else out
+    # varlen: out (total, h, dv) is a view of the kernel's (1, total, h, dv) buffer
+    out4 = alloc((1, *out_shape) if varlen else out_shape, q.dtype, q.device)
+    out = out4[0] if varlen else out4
     lse_shape = (nheads, q.shape[1]) if varlen else (batch, nheads, seqlen_q)
     lse = alloc(lse_shape, torch.float32, q.device)
     slopes = params.alibi_slopes
@@ -326,6 +328,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     if key is not None:
         record = plans.Recorder()
         record.add(_fwd_launch, grid, args, kwargs)
-        _PLANS.put(key, record.plan({**inputs, "out": out, "lse": lse}, ("out", "lse"),
+        _PLANS.put(key, record.plan({**inputs, "out": out4, "lse": lse}, ("out", "lse"),
                                     ("out", "lse"), plans.CALL_VALUES))
     return out, lse

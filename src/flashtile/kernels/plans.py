@@ -75,15 +75,19 @@ CALL_VALUES = {"seed": "seed", "rng_offset": "offset", "sm_args": "sm_args",
 
 def call_key(q, k, v, params) -> tuple | None:
     """The part of a forward/backward call's key that q, k, v and ``params`` give, or None when
-    the call is not planned (varlen, paged K/V, a bias). A compiled mod enters by its generated
+    the call is not planned (paged K/V, a bias). Varlen enters by ``cu_seqlens`` layouts and
+    the maxima (the lengths are the call's own tensors). A compiled mod enters by its generated
     code's key (the same function with other captured scalars compiles to other code) and its
     captured tensors' layouts, a block mask by its lists' layouts: their contents are the
     call's own (:func:`params_tensors`). Dropout's seed and offset are replayed per call
     (:data:`CALL_VALUES`): only their int types count."""
     p = params
-    if (p.attn_bias is not None or p.cu_seqlens_q is not None or p.block_table is not None
-            or not enabled()):
+    if p.attn_bias is not None or p.block_table is not None or not enabled():
         return None
+    varlen = None
+    if p.cu_seqlens_q is not None:
+        varlen = (sig(p.cu_seqlens_q), sig(p.cu_seqlens_k), p.max_seqlen_q, p.max_seqlen_k,
+                  sig(p.seq_order))
     mods = None
     if p.score_mod is not None or p.mask_mod is not None:
         from ..codegen import compile_mods
@@ -95,7 +99,7 @@ def call_key(q, k, v, params) -> tuple | None:
                                      *(sig(getattr(bm, n)) for n in BLOCK_MASK_LISTS))
     return (*device_key(q), sig(q), sig(k), sig(v), p.softmax_scale, p.window_left,
             p.window_right, p.bottom_right, p.softcap, sig(p.alibi_slopes), p.dropout_p,
-            int_class(p.seed), int_class(p.offset), mods, lists)
+            int_class(p.seed), int_class(p.offset), mods, lists, varlen)
 
 
 BLOCK_MASK_LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
@@ -106,7 +110,8 @@ def params_tensors(params, device: torch.device) -> dict:
     """The tensors ``params`` hands the kernels, by name, and its per-call values
     (:data:`CALL_VALUES`)."""
     named = {"slopes": params.alibi_slopes, "seed": params.seed, "offset": params.offset,
-             "sm_args": (), "mm_args": ()}
+             "sm_args": (), "mm_args": (), "cu_seqlens_q": params.cu_seqlens_q,
+             "cu_seqlens_k": params.cu_seqlens_k, "seq_order": params.seq_order}
     if params.score_mod is not None or params.mask_mod is not None:
         from ..codegen import compile_mods
         sm, mm = compile_mods(params)
