@@ -90,6 +90,21 @@ def test_varlen_equals_batched_for_equal_lengths():
     assert torch.allclose(packed.view(b, s, h, d).float(), batched.float(), atol=1e-3)
 
 
+def test_varlen_outputs_are_tensors_of_their_own(backend):
+    """The output and the gradients are contiguous tensors of the packed shape, not autograd
+    views (the Triton path writes them through (1, total, h, d) buffers): the same kind of
+    tensor a dense call returns."""
+    lengths, h, d = [9, 30, 1], 2, 16
+    q, k, v = (torch.randn(sum(lengths), h, d, device=DEVICE, dtype=DTYPE, requires_grad=True)
+               for _ in range(3))
+    cu = _cu(lengths)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, 30, 30, causal=True)
+    assert out.shape == (40, h, d) and out.is_contiguous() and not out._is_view()
+    out.sum().backward()
+    for t in (q, k, v):
+        assert t.grad.shape == t.shape and t.grad.is_contiguous() and not t.grad._is_view()
+
+
 BAD = {
     "cu-int64": (lambda cu: cu.long(), TypeError, "int32"),
     "cu-decreasing": (lambda cu: torch.tensor([0, 10, 5, 20], dtype=torch.int32, device=DEVICE),

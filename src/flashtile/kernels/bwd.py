@@ -539,15 +539,16 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
             grads = plan.replay(inputs, q.device)
-            return tuple(g[0] for g in grads) if varlen else grads
+            return tuple(g[0].detach() for g in grads) if varlen else grads
         record = plans.Recorder()
     else:
         record = None
-    # varlen: the gradients (total, h, d) are views of the kernels' (1, total, h, d) buffers
+    # varlen: the gradients (total, h, d) alias the kernels' (1, total, h, d) buffers
+    # (detached, as the forward's output)
     dq4 = alloc(q.shape, q.dtype, q.device)
     dk4 = alloc(k.shape, k.dtype, k.device)
     dv4 = alloc(v.shape, v.dtype, v.device)
-    dq, dk, dv = (dq4[0], dk4[0], dv4[0]) if varlen else (dq4, dk4, dv4)
+    dq, dk, dv = (t[0].detach() for t in (dq4, dk4, dv4)) if varlen else (dq4, dk4, dv4)
     if varlen:
         batch = params.cu_seqlens_q.numel() - 1
         seqlen_q, seqlen_k = params.max_seqlen_q, params.max_seqlen_k

@@ -293,12 +293,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         plan = _PLANS.get(key)
         if plan is not None:
             out4, lse = plan.replay(inputs, q.device)
-            return (out4[0] if varlen else out4), lse
+            return (out4[0].detach() if varlen else out4), lse
     nheads, head_d = q.shape[2], q.shape[3]
     nheads_kv, head_dv = k.shape[2], v.shape[3]
-    # varlen: out (total, h, dv) is a view of the kernel's (1, total, h, dv) buffer
+    # varlen: out (total, h, dv) aliases the kernel's (1, total, h, dv) buffer, detached so
+    # that it is a tensor of its own, not an autograd view (as a dense call's output is)
     out4 = alloc((1, *out_shape) if varlen else out_shape, q.dtype, q.device)
-    out = out4[0] if varlen else out4
+    out = out4[0].detach() if varlen else out4
     lse_shape = (nheads, q.shape[1]) if varlen else (batch, nheads, seqlen_q)
     lse = alloc(lse_shape, torch.float32, q.device)
     slopes = params.alibi_slopes
