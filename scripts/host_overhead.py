@@ -278,17 +278,9 @@ def check_dense_plans(launches, seen) -> int:
     variants = ("plain", "not causal", "gqa 8/2", "d 96", "misaligned q", "transposed k",
                 "window", "softcap", "alibi (h)", "alibi (b, h)", "scale", "dropout")
     for variant in variants:
-        calls = [make(*inputs(variant)) for _ in range(2)]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-        full = [launches(call) for call in calls]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-        before = len(fwd._PLANS), len(bwd._PLANS)
-        planned = [launches(call) for call in calls]
-        recorded = (len(fwd._PLANS), len(bwd._PLANS)) == (before[0] + 1, before[1] + 1)
-        ok = full == planned and len(full[0]) == 4
-        failures += not (ok and recorded)
-        print(f"plans fwd+bwd {variant}: {'same launches' if ok else 'DIFFERENT'}, "
-              f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+        failures += _planned_like_full(launches, [make(*inputs(variant)) for _ in range(2)],
+                                       f"plans fwd+bwd {variant}",
+                                       lambda: len(fwd._PLANS) + len(bwd._PLANS), 4, new=2)
     q, k, v, dout, kw = inputs("plain")
     changes = {"not causal": dict(causal=False), "window": dict(window_size=(64, 0)),
                "softcap": dict(softcap=20.0), "scale": dict(softmax_scale=0.05),
@@ -374,17 +366,8 @@ def check_flex_plans(launches) -> int:
                 "relpos score_mod": dict(score_mod=relpos),
                 "score_mod capturing a tensor": dict(mask_mod=causal, score_mod=captures(0))}
     for name, kw in variants.items():
-        calls = [make(**kw) for _ in range(2)]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-        full = [launches(call) for call in calls]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-        before = len(bwd._PLANS)
-        planned = [launches(call) for call in calls]
-        ok = full == planned and len(full[0]) == 4
-        recorded = len(bwd._PLANS) == before + 1
-        failures += not (ok and recorded)
-        print(f"plans flex {name}: {'same launches' if ok else 'DIFFERENT'}, "
-              f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+        failures += _planned_like_full(launches, [make(**kw) for _ in range(2)],
+                                       f"plans flex {name}", lambda: len(bwd._PLANS), 4)
     pairs = {"mask_mod": (make(mask_mod=causal), make(mask_mod=window)),
              "block size": (make(mask_mod=causal), make(mask_mod=causal, size=64)),
              "score_mod": (make(mask_mod=causal), make(mask_mod=causal, score_mod=relpos)),
@@ -426,23 +409,30 @@ def check_varlen_plans(launches) -> int:
     failures = 0
     for name, kw in {"causal": {}, "not causal": dict(causal=False),
                      "dropout": dict(dropout_p=0.1)}.items():
-        calls = [make([100, 37, 120], **kw) for _ in range(2)]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-        full = [launches(call) for call in calls]
-        os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-        before = len(bwd._PLANS)
-        planned = [launches(call) for call in calls]
-        ok = full == planned and len(full[0]) == 4
-        recorded = len(bwd._PLANS) == before + 1
-        failures += not (ok and recorded)
-        print(f"plans varlen {name}: {'same launches' if ok else 'DIFFERENT'}, "
-              f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+        failures += _planned_like_full(launches, [make([100, 37, 120], **kw) for _ in range(2)],
+                                       f"plans varlen {name}", lambda: len(bwd._PLANS), 4)
     pairs = {"lengths": (make([100, 37, 120]), make([120, 100, 37])),
              "max_seqlen": (make([100, 37, 120]), make([100, 37, 120], max_len=128))}
     for name, (base, changed) in pairs.items():
         failures += _replays_like_full(launches, base, changed,
                                        f"plans varlen, one argument changed ({name})")
     return failures
+
+
+def _planned_like_full(launches, calls, label: str, count, kernels: int, new: int = 1) -> int:
+    """Two calls of one signature, without plans and then with them (the first records, the
+    second replays): the same launches, ``kernels`` of them, and ``new`` plans more in
+    ``count()``. 1 on a failure."""
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+    full = [launches(call) for call in calls]
+    os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+    before = count()
+    planned = [launches(call) for call in calls]
+    ok = full == planned and len(full[0]) == kernels
+    recorded = count() == before + new
+    print(f"{label}: {'same launches' if ok else 'DIFFERENT'}, "
+          f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+    return int(not (ok and recorded))
 
 
 def _replays_like_full(launches, base, changed, label: str) -> int:

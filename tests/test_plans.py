@@ -25,6 +25,21 @@ VARIANTS = {
 }
 
 
+def without_then_with_plans(monkeypatch, run, calls) -> None:
+    """Each call's results without plans, then with them (the first call records a plan, the
+    others replay it): bitwise equal, same shapes, and exactly one new backward plan."""
+    from flashtile.kernels import bwd
+
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    want = [run(*c) for c in calls]
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    before = len(bwd._PLANS)
+    got = [run(*c) for c in calls]
+    assert len(bwd._PLANS) == before + 1
+    for w, g in zip(want, got):
+        assert all(torch.equal(x, y) and x.shape == y.shape for x, y in zip(w, g))
+
+
 def fwd_bwd(q, k, v, dout, seed, **kw):
     torch.manual_seed(seed)                     # dropout's key is drawn from torch's generator
     out = flashtile.flash_attn_func(q, k, v, **kw)
@@ -68,7 +83,6 @@ def test_gpu_flex_replays_equal_the_full_path(monkeypatch):
     """flex_attention with a block mask and a score_mod capturing a tensor: recorded with one
     captured tensor, replayed with another (same layout): the full path's results bitwise."""
     from flashtile import masks
-    from flashtile.kernels import bwd
 
     b, h, s, d = 2, 4, 384, 64
 
@@ -91,14 +105,7 @@ def test_gpu_flex_replays_equal_the_full_path(monkeypatch):
     def run(q, k, v, dout, mod):
         out = flashtile.flex_attention(q, k, v, score_mod=mod, block_mask=bm)
         return (out, *torch.autograd.grad(out, (q, k, v), dout))
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
-    want = [run(*c) for c in calls]
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
-    before = len(bwd._PLANS)
-    got = [run(*c) for c in calls]                   # records, then replays
-    assert len(bwd._PLANS) == before + 1
-    for w, g in zip(want, got):
-        assert all(torch.equal(x, y) for x, y in zip(w, g))
+    without_then_with_plans(monkeypatch, run, calls)
 
 
 @pytest.mark.gpu
@@ -106,8 +113,6 @@ def test_gpu_varlen_replays_equal_the_full_path(monkeypatch):
     """flash_attn_varlen_func recorded on one packing, replayed on another with the same
     total and longest sequence: the full path's results bitwise (the gradients are views of
     the kernels' (1, total, h, d) buffers)."""
-    from flashtile.kernels import bwd
-
     def packed(lengths):
         total, h, d = sum(lengths), 4, 64
         q, k, v = (torch.randn(total, h, d, device=DEVICE, dtype=torch.bfloat16,
@@ -119,15 +124,7 @@ def test_gpu_varlen_replays_equal_the_full_path(monkeypatch):
     def run(q, k, v, dout, cu):
         out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, 300, 300, causal=True)
         return (out, *torch.autograd.grad(out, (q, k, v), dout))
-    calls = [packed([300, 17, 250]), packed([250, 300, 17])]
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
-    want = [run(*c) for c in calls]
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
-    before = len(bwd._PLANS)
-    got = [run(*c) for c in calls]                   # records, then replays
-    assert len(bwd._PLANS) == before + 1
-    for w, g in zip(want, got):
-        assert all(torch.equal(x, y) and x.shape == y.shape for x, y in zip(w, g))
+    without_then_with_plans(monkeypatch, run, [packed([300, 17, 250]), packed([250, 300, 17])])
 
 
 @pytest.mark.gpu
