@@ -209,7 +209,6 @@ def decode_sweep(res: dict) -> None:
     flush, against SDPA in the same run. Then, at the best setting of each point, the combine
     merging 16 splits per step (the old rule) instead of all."""
     from flashtile.kernels import decode as dec
-    from flashtile.kernels import plans
     hq, hkv, d = 32, 8, 128
     points = [tuple(int(x) for x in p.split("x")) for p in
               os.environ.get("DIAG_POINTS", "1x32768,8x8192,64x4096").split(",")]
@@ -221,9 +220,7 @@ def decode_sweep(res: dict) -> None:
     def pin(cfg):
         n, w, st = cfg
         dec._decode.configs = [dec.decode_config(n, w, st)]
-        dec._decode.cache.clear()
-        dec._decode_launch.chosen.clear()
-        plans.clear()                      # (recorded launches hold the previous config)
+        dec._decode_launch.reset()
 
     for batch, n in points:
         q, kc, vc, lens, nbytes, (qs, ks, vs) = decode_inputs(batch, n, hq, hkv, d)
@@ -270,9 +267,7 @@ def decode_sweep(res: dict) -> None:
         torch.cuda.empty_cache()
     os.environ.pop("FLASHTILE_DECODE_TMA", None)
     dec._decode.configs = all_configs
-    dec._decode.cache.clear()
-    dec._decode_launch.chosen.clear()
-    plans.clear()
+    dec._decode_launch.reset()
 
 
 @triton.jit

@@ -529,10 +529,10 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         dout = dout.contiguous()
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
-    key = plans.call_key(q, k, v, params)        # (tensors as the kernels see them)
     atomic = dq_mode(params.deterministic) == "atomic"
-    if key is not None and not need_bias_grad and not atomic:
-        # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
+    # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
+    key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
+    if key is not None:                          # (tensors as the kernels see them)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
@@ -561,13 +561,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
 
     dsum = alloc(lse.shape, torch.float32, q.device)
     block_pre = 16 if interpreting() else 64
-    launches = []                  # (launcher, grid, args, kwargs): what a plan records
-
-    def launch(launcher, grid, args: tuple, kwargs: dict) -> None:
-        launcher[grid](*args, **kwargs)
-        launches.append((launcher, grid, args, kwargs))
-
-    launch(_bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
+    plans.launch(record, _bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
         out, dout, dsum, lay["CU_Q"], *strides(out, varlen), *strides(dout, varlen),
         lay["stride_lse_b"], lay["stride_lse_h"], nheads, seqlen_q, head_dv),
         dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen))
@@ -604,7 +598,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    launch(_dkdv_launch, dkdv_grid, (
+    plans.launch(record, _dkdv_launch, dkdv_grid, (
         q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
         *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
         *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes), dict(
@@ -614,14 +608,12 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     else:
-        launch(_dq_launch, dq_grid, (
+        plans.launch(record, _dq_launch, dq_grid, (
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
     if record is not None:
-        for recorded in launches:
-            record.add(*recorded)
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
                                     ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
                                     plans.CALL_VALUES))

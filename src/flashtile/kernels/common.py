@@ -147,6 +147,14 @@ class TunedLaunch:
         self.key_at = [(self.names.index(k) if k in self.names else None, k) for k in tuner.keys]
         self.chosen: dict = {}
 
+    def reset(self) -> None:
+        """Forget every choice (after the tuner's configs were changed by hand, e.g. a sweep),
+        and the launch plans that replay them."""
+        from . import plans
+        self.chosen.clear()
+        self.tuner.cache.clear()
+        plans.clear()
+
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             key = [args[i] if i is not None and i < len(args) else kwargs.get(name)

@@ -578,18 +578,14 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         HAS_ALIBI=slopes is not None, SPLIT=splits > 1, TMA=tma,
         PRECISION=dot_precision(q.dtype),
     )
-    _decode_launch[split_grid](*split_args, **split_kwargs)
-    if record is not None:
-        record.add(_decode_launch, split_grid, split_args, split_kwargs)
+    plans.launch(record, _decode_launch, split_grid, split_args, split_kwargs)
     if splits > 1:
         combine_grid = (batch * nheads * seqlen_q, 1, 1)
         combine_args = (o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
                         *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv, splits)
         combine_kwargs = dict(BLOCK_S=combine_block_s(splits, HEAD_DV), HEAD_DV=HEAD_DV,
                               num_warps=4)
-        _combine_kernel[combine_grid](*combine_args, **combine_kwargs)
-        if record is not None:
-            record.add(_combine_kernel, combine_grid, combine_args, combine_kwargs)
+        plans.launch(record, _combine_kernel, combine_grid, combine_args, combine_kwargs)
     if record is not None:
         tensors = {**_inputs(q, k_cache, v_cache, call, params), "out": out, "lse": lse,
                    "o_dst": o_dst, "l_dst": l_dst}

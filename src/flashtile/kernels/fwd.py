@@ -288,12 +288,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         batch, seqlen_q = q.shape[0], q.shape[1]
         seqlen_k = k.shape[1]
     key = plans.call_key(q, k, v, params)        # (q, k, v as the kernel sees them)
+    record = None
     if key is not None:
         inputs = {"q": q, "k": k, "v": v, **plans.params_tensors(params, q.device)}
         plan = _PLANS.get(key)
         if plan is not None:
             out4, lse = plan.replay(inputs, q.device)
             return (out4[0].detach() if varlen else out4), lse
+        record = plans.Recorder()
     nheads, head_d = q.shape[2], q.shape[3]
     nheads_kv, head_dv = k.shape[2], v.shape[3]
     # varlen: out (total, h, dv) aliases the kernel's (1, total, h, dv) buffer, detached so
@@ -325,10 +327,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
         PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
     )
-    _fwd_launch[grid](*args, **kwargs)
-    if key is not None:
-        record = plans.Recorder()
-        record.add(_fwd_launch, grid, args, kwargs)
+    plans.launch(record, _fwd_launch, grid, args, kwargs)
+    if record is not None:
         _PLANS.put(key, record.plan({**inputs, "out": out4, "lse": lse}, ("out", "lse"),
                                     ("out", "lse"), plans.CALL_VALUES))
     return out, lse

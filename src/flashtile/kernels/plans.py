@@ -142,7 +142,7 @@ class _Launch:
                 self.values[i] = None                 # keep no tensor alive
             elif isinstance(value, (tuple, list)) and any(
                     isinstance(x, torch.Tensor) for x in value):
-                # (a score_mod's captured tensors travel as a tuple: never replayed)
+                # (a tuple of tensors is replayed only as a per-call value: the mods' captures)
                 raise LookupError(f"{jit_fn.arg_names[i]}: tensors inside a tuple")
         kernel = jit_fn.run(*args, grid=grid, warmup=True, **kwargs)
         self.kernel = kernel.result() if hasattr(kernel, "result") else kernel
@@ -212,6 +212,13 @@ class Recorder:
         finally:
             self.raw.clear()
         return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype) for n in buffers], outputs)
+
+
+def launch(record: Recorder | None, launcher, grid, args: tuple, kwargs: dict) -> None:
+    """``launcher[grid](*args, **kwargs)``, then kept by ``record`` when the call is recorded."""
+    launcher[grid](*args, **kwargs)
+    if record is not None:
+        record.add(launcher, grid, args, kwargs)
 
 
 class Plans:
