@@ -56,8 +56,8 @@ def main() -> int:
                    help="on a GPU machine: real launches; a host-bound call's wall time is its "
                         "host time (the GPU runs behind)")
     p.add_argument("--check-plans", action="store_true",
-                   help="decode: launches replayed from a plan (FLASHTILE_LAUNCH_PLANS=1) equal "
-                        "the ones the full path makes, over a set of call variants")
+                   help="launches replayed from a plan (decode, flash_attn_func, varlen, flex) "
+                        "equal the ones the full path makes, over a set of call variants")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
