@@ -286,17 +286,18 @@ def test_flashtile_rows_record_the_configs_its_kernels_ran():
     provider = providers.FlashtileProvider()
     case = BenchCase(batch=1, seqlen=32, nheads=2, nheads_kv=2, headdim=16, causal=True,
                      dtype="fp32", mode="fwdbwd")
-    q, k, v = (torch.randn(1, 32, 2, 16, requires_grad=True) for _ in range(3))
-    cpu = torch.device("cpu")
+    # The kernels run on the GPU when there is one, else interpreted on the CPU.
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    q, k, v = (torch.randn(1, 32, 2, 16, device=device, requires_grad=True) for _ in range(3))
     flashtile.set_backend("torch")
     try:
-        assert provider.launched_configs(case, cpu) is None
+        assert provider.launched_configs(case, device) is None
     finally:
         flashtile.set_backend(None)
     flashtile.set_backend("triton")
     try:
-        provider.build(case, cpu)(q, k, v).sum().backward()
-        configs = provider.launched_configs(case, cpu)
+        provider.build(case, device)(q, k, v).sum().backward()
+        configs = provider.launched_configs(case, device)
     finally:
         flashtile.set_backend(None)
     want = {name: "{}x{}/{}w/{}s".format(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
@@ -307,6 +308,6 @@ def test_flashtile_rows_record_the_configs_its_kernels_ran():
     fwd_only = BenchCase(**{**case.__dict__, "mode": "fwd"})
     flashtile.set_backend("triton")
     try:
-        assert list(provider.launched_configs(fwd_only, cpu)) == ["fwd"]
+        assert list(provider.launched_configs(fwd_only, device)) == ["fwd"]
     finally:
         flashtile.set_backend(None)
