@@ -76,10 +76,12 @@ PY
       python3 scripts/diagnose.py --what ${DIAG_WHAT:-sparse,decode,dropout} --out "$OUT" 2>&1 \
         | tee "$OUT/diagnose.log" ;;
     plans) # host time per call with launch plans off, then on (real launches; host-bound calls)
-      for what in fwd fwdbwd decode flex varlen; do
+      for what in ${PLANS_WHAT:-fwd fwdbwd decode flex varlen}; do
         for p in 0 1; do
+          # (both lines: host time, and wall time until the GPU finished, which shows a call
+          # that is device-bound)
           echo "$what plans=$p: $(FLASHTILE_LAUNCH_PLANS=$p timeout 60 python3 scripts/host_overhead.py \
-            --gpu --what $what --calls 200 2>&1 | tail -1)"
+            --gpu --what $what --calls 200 2>&1 | tail -2 | tr '\n' ' ')"
         done
       done 2>&1 | tee "$OUT/plans.log" ;;
     outlier) # session 8's d=128 non-causal fwd+bwd at 1k (241 TFLOP/s, below 512 and 2k): the

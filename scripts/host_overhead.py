@@ -90,7 +90,7 @@ def main() -> int:
         q, k, v = (torch.randn(1, 16, 512, 128, dtype=torch.bfloat16, device=dev,
                                requires_grad=True) for _ in range(3))
         dout = torch.randn(1, 16, 512, 128, dtype=torch.bfloat16, device=dev)
-        layout = masks.random_block_layout(4, 4, 0.5)[0, 0]
+        layout = masks.random_block_layout(4, 4, 0.5)[0, 0].to(dev)     # (mask_mod indexes it)
         bm = flashtile.create_block_mask(masks.layout_mask(layout, 128), None, None, 512, 512,
                                          device=dev)
 
