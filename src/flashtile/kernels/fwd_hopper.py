@@ -1,0 +1,287 @@
+"""Hopper forward written in Gluon: explicit warp specialisation and asynchronous wgmma.
+
+The tile-level kernel (:mod:`.fwd`) leaves the schedule to Triton's compiler. On sm_90 this
+kernel states it (FlashAttention-3's structure, written from its paper's description):
+
+- **three partitions per CTA**: a one-warp *loader* streams K and V tiles by TMA into a ring
+  of ``NUM_STAGES`` shared-memory slots; two four-warp *consumers* (one warpgroup each) own
+  ``BLOCK_M`` query rows apiece and read every K/V slot once between them;
+- **registers moved to the math**: the loader runs on 24 registers per thread, so the
+  consumers can hold S, the next S, P and O (up to 240 registers per thread, no spills);
+- **intra-warpgroup overlap**: each consumer issues the next tile's ``S = Q K^T`` before it
+  runs the current tile's exp2 and row sums, which then run while the tensor cores work.
+
+Status (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
+parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
+ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
+2-30% slower and was dropped. So it is opt-in: ``FLASHTILE_GLUON_FWD=1``.
+
+It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
+ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
+``seqlen_q == seqlen_k``, and q/k/v whose (batch, seqlen) and (heads, d) axes each fold into one
+(the usual contiguous ``(b, s, h, d)``). :func:`supports` says whether a call qualifies; the
+forward falls back to the tile-level kernel otherwise. Outputs are those of :mod:`.fwd`: out
+``(b, sq, hq, d)`` and lse float32 ``(b, hq, sq)`` (natural log), so the backward is shared.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+LOG2E = 1.4426950408889634
+
+# (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers)
+# (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%; d=64 at
+# 128 keys x 4 slots beat 64 keys by 9-10%)
+_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
+             kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Loader partition: K and V tiles 0..n_tiles-1 into the ring; a slot is refilled only after
+    both consumers released it (``empty``), K and V signal separately so S = Q K^T can start
+    before V has landed."""
+    for j in range(n_tiles):
+        slot = j % NUM_STAGES
+        # A fresh barrier passes a wait on parity 1: the first lap finds every slot free.
+        mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) & 1) ^ 1)
+        row = kv_row0 + j * BLOCK_N
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
+                                        k_smem.index(slot))
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
+                                        v_smem.index(slot))
+
+
+@gluon.jit
+def _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N: gl.constexpr,
+            CAUSAL: gl.constexpr, o_layout: gl.constexpr):
+    """Tile j's scores in the log2 domain, its new row max, and O rescaled to it.
+
+    Waits for everything in flight (S_j and the previous tile's P V): ptxas serialises every
+    wgmma of a stage in which ordinary instructions read or write an accumulator still in
+    flight (its warnings C7514/C7515), which a wait for S_j alone would trigger.
+    """
+    s, acc = warpgroup_mma_wait(0, deps=(s_tok, acc))
+    s = s * qk_scale
+    if CAUSAL:
+        if j >= n_unmasked:
+            cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+            s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    alpha = gl.exp2(m_i - m_new)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    return s, m_new, alpha, acc
+
+
+@gluon.jit
+def _probs(s, m_new, alpha, l_i, dtype: gl.constexpr, p_layout: gl.constexpr):
+    """P = exp2(s - m) as the register A operand of P V, and the running row sum."""
+    p = gl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return gl.convert_layout(p.to(dtype), p_layout), l_i
+
+
+@gluon.jit
+def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, empty,
+             LSE, lse_base, q_row0, q_col, first_row, n_tiles, n_unmasked, qk_scale,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+             NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Consumer partition (one warpgroup): BLOCK_M query rows starting at sequence row
+    ``first_row`` over K/V tiles 0..n_tiles-1 (tiles from ``n_unmasked`` on get the causal
+    mask). Writes its rows of O (TMA) and LSE."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
+    mbarrier.wait(q_bar, 0)
+
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
+    # (an accumulator handle: the loop carries P V in flight)
+    acc = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout))
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    rows = first_row + gl.arange(0, BLOCK_M, layout=row_layout)
+
+    mbarrier.wait(k_ready.index(0), 0)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+    # S_0 completes before the loop: the compiler places O's zeros after the first issue, and
+    # ptxas serialises every wgmma when ordinary instructions write an accumulator mid-flight.
+    s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
+    # Per tile j: wait S_j; mask and row max; rescale O; issue S_{j+1}; exp2 and row sums
+    # (overlapping S_{j+1} on the tensor cores); issue P V_j.
+    for j in range(n_tiles - 1):        # the last tile has no next S: peeled below
+        s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
+                                       BLOCK_N, CAUSAL, o_layout)
+        if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
+            mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
+        nslot = (j + 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
+        s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero,
+                              use_acc=False, is_async=True)
+        p_op, l_i = _probs(s, m_new, alpha, l_i, dtype, p_layout)
+        m_i = m_new
+        slot = j % NUM_STAGES
+        mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+    j = n_tiles - 1
+    s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
+                                 CAUSAL, o_layout)
+    if j > 0:
+        mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
+    p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
+    slot = j % NUM_STAGES
+    mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty.index(slot), count=1)
+
+    # Every row saw at least its own key (causal) or all keys: l_i > 0.
+    acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    gl.store(LSE + lse_base + rows, lse)
+    q_smem.store(acc.to(dtype))               # Q is no longer read: its tile stages O
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], q_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride_lse_h,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, qk_scale,
+                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr):
+    # One CTA: 2 * BLOCK_M query rows of one (batch, head). Causal grids go heaviest first.
+    pid = gl.program_id(0)
+    n_bh = gl.num_programs(0) // n_mtiles
+    if CAUSAL:
+        tile = n_mtiles - 1 - pid // n_bh
+        bh = pid % n_bh
+    else:
+        tile = pid % n_mtiles
+        bh = pid // n_mtiles
+    off_b = bh // nheads
+    off_h = bh % nheads
+    m0 = tile * (2 * BLOCK_M)
+    q_row0 = off_b * seqlen_q + m0
+    kv_row0 = off_b * seqlen_k
+    q_col = off_h * HEAD_D
+    kv_col = (off_h // group) * HEAD_D
+    if CAUSAL:   # keys 0 .. m0 + 2*BLOCK_M - 1; tiles reaching past row m0 need the mask
+        n_tiles = gl.cdiv(m0 + 2 * BLOCK_M, BLOCK_N)
+        n_unmasked = m0 // BLOCK_N
+    else:
+        n_tiles = seqlen_k // BLOCK_N
+        n_unmasked = n_tiles
+    lse_base = off_b * stride_lse_b + off_h * stride_lse_h
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bar.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
+
+    gl.warp_specialize([
+        (_consume, (q_desc, o_desc, q_smem.index(0), q_bar.index(0), k_smem, v_smem, k_ready,
+                    v_ready, empty, LSE, lse_base, q_row0, q_col, m0, n_tiles, n_unmasked,
+                    qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_consume, (q_desc, o_desc, q_smem.index(1), q_bar.index(1), k_smem, v_smem, k_ready,
+                    v_ready, empty, LSE, lse_base, q_row0 + BLOCK_M, q_col, m0 + BLOCK_M,
+                    n_tiles, n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                    CAUSAL)),
+        (_load_kv, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
+                    n_tiles, BLOCK_N, NUM_STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def config(d: int) -> tuple[int, int, int, int]:
+    """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
+    ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
+    text = os.environ.get("FLASHTILE_GLUON_FWD_CONFIG")
+    return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
+
+
+def _folded(t: torch.Tensor) -> torch.Tensor | None:
+    """``(b, s, h, d)`` as the 2-D ``(b*s, h*d)`` view TMA reads, or None if the strides do
+    not allow one."""
+    b, s, h, d = t.shape
+    if t.stride(3) != 1 or t.stride(2) != d or t.stride(1) != h * d or \
+            (b > 1 and t.stride(0) != s * h * d) or t.data_ptr() % 16:
+        return None
+    return t.as_strided((b * s, h * d), (h * d, 1))
+
+
+def enabled() -> bool:
+    """Opt-in (``FLASHTILE_GLUON_FWD=1``): measured at parity with the autotuned tile-level
+    forward, not ahead of it (docs/perf.md, session 9), so the default stays with that one."""
+    return os.environ.get("FLASHTILE_GLUON_FWD", "0") not in ("", "0")
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
+    """True when this kernel can run the call (see the module docstring)."""
+    if not (enabled() and q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
+        return False
+    if q.dim() != 4 or params.cu_seqlens_q is not None or params.block_table is not None:
+        return False
+    if (params.dropout_p or params.softcap or params.alibi_slopes is not None
+            or params.attn_bias is not None or params.score_mod is not None
+            or params.mask_mod is not None or params.block_mask is not None
+            or params.window_left != -1 or params.window_right != (0 if params.causal else -1)):
+        return False
+    d = q.shape[3]
+    if d not in _CONFIGS or k.shape[3] != d or v.shape[3] != d:
+        return False
+    rows, keys = 2 * config(d)[0], config(d)[1]
+    sq, sk = q.shape[1], k.shape[1]
+    if sq % rows or sk % keys or (params.causal and sq != sk):
+        return False
+    return all(_folded(t) is not None for t in (q, k, v))
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
+            lse: torch.Tensor) -> None:
+    """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
+    (natural log). The caller has checked :func:`supports`."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    block_m, block_n, stages, regs = config(d)
+    gdt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
+    q2, k2, v2, o2 = (_folded(t) for t in (q, k, v, out))
+    q_desc = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [block_m, d], q_layout)
+    o_desc = TensorDescriptor(o2, list(o2.shape), list(o2.stride()), [block_m, d], q_layout)
+    k_desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [block_n, d], kv_layout)
+    v_desc = TensorDescriptor(v2, list(v2.shape), list(v2.stride()), [block_n, d], kv_layout)
+    n_mtiles = sq // (2 * block_m)
+    _fwd_hopper_kernel[(n_mtiles * b * hq,)](
+        q_desc, k_desc, v_desc, o_desc, lse, lse.stride(0), lse.stride(1),
+        hq, hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E,
+        BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)

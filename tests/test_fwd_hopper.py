@@ -1,0 +1,108 @@
+"""The Gluon forward for Hopper (:mod:`flashtile.kernels.fwd_hopper`): which calls take it, and
+its outputs and the gradients computed from its LSE against the float64 reference (GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_kernels import check
+
+import flashtile
+from flashtile.interface import _flash_params
+from flashtile.kernels import fwd_hopper
+
+GPU = torch.cuda.is_available()
+HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """Turns the (opt-in) Gluon forward on and counts its launches (the real one runs)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    calls = []
+    real = fwd_hopper.forward
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(fwd_hopper, "forward", spy)
+    flashtile.set_backend("triton")
+    yield calls
+    flashtile.set_backend(None)
+
+
+def test_folded_view_only_for_foldable_strides():
+    t = torch.randn(2, 8, 3, 16)
+    f = fwd_hopper._folded(t)
+    assert f.shape == (16, 48) and f.data_ptr() == t.data_ptr()
+    assert torch.equal(f.view(2, 8, 3, 16), t)
+    assert fwd_hopper._folded(torch.randn(2, 3, 8, 16).transpose(1, 2)) is None   # (b, h, s, d)
+    assert fwd_hopper._folded(torch.randn(2, 8, 3, 32)[..., :16]) is None         # d sliced
+
+
+def test_cpu_tensors_never_take_it(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    q = torch.randn(1, 256, 2, 64, dtype=torch.float16)
+    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
+    assert not fwd_hopper.supports(q, q, q, params)
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD", raising=False)
+    assert not fwd_hopper.enabled()
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    assert fwd_hopper.enabled()
+
+
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+
+# (b, s, hq, hkv, d): GQA and MQA, one and several query tiles, both head dims
+SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+def test_gluon_forward_and_gradients(gluon_calls, shape, causal, dtype):
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_scale_reaches_the_kernel(gluon_calls):
+    check(1, 512, 512, 2, 2, 128, 128, torch.bfloat16, causal=True, scale=0.3)
+    assert len(gluon_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", ["ragged-length", "causal-sq-ne-sk", "bhsd-layout", "d96",
+                                  "softcap"])
+def test_other_calls_fall_back(gluon_calls, case):
+    """Calls outside the kernel's cover run the tile-level kernel, still within budget."""
+    kwargs = dict(b=1, sq=512, sk=512, hq=2, hkv=2, d=128, dv=128, dtype=torch.bfloat16)
+    if case == "ragged-length":
+        kwargs.update(sq=300, sk=300)
+    elif case == "causal-sq-ne-sk":
+        kwargs.update(sk=768, causal=True)
+    elif case == "bhsd-layout":
+        kwargs.update(strided=True)
+    elif case == "d96":
+        kwargs.update(d=96, dv=96)
+    else:
+        kwargs.update(softcap=20.0)
+    shape = [kwargs.pop(n) for n in ("b", "sq", "sk", "hq", "hkv", "d", "dv", "dtype")]
+    check(*shape, **kwargs)
+    assert gluon_calls == []
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_switch_turns_it_off(gluon_calls, monkeypatch):   # (the fixture turned it on)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")
+    check(1, 512, 512, 2, 2, 128, 128, torch.bfloat16)
+    assert gluon_calls == []
