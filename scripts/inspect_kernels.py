@@ -10,6 +10,12 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
 
     python3 scripts/inspect_kernels.py --d 128 --causal --fwd 128,64,8,3 --dkdv 64,128,8,3 \\
         --dq 128,64,8,3 [--deterministic] [--dump /tmp/k]
+    python3 scripts/inspect_kernels.py --gluon --d 128 [--causal]
+
+``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``;
+configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``FLASHTILE_GLUON_BWD_CONFIG`` or their defaults)
+and exits 1 if ptxas spills or warns of a performance loss in either (its C75xx warnings:
+wgmma serialised), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ def ptxas_report(ptx: str) -> str:
         r = subprocess.run([str(BIN / "ptxas"), "-arch=sm_90a", "-v", str(path), "-o",
                             str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
         return " ".join(line.strip() for line in r.stderr.splitlines()
-                        if "registers" in line or "spill" in line)
+                        if "registers" in line or "spill" in line or "Performance Loss" in line)
 
 
 def sass_of(cubin: bytes) -> str:
@@ -105,6 +111,50 @@ def summarize(name, kernel, dump: Path | None) -> None:
         for ext in ("ttgir", "ptx"):
             (dump / f"{name}.{ext}").write_text(kernel.asm[ext])
         (dump / f"{name}.sass").write_text(sass)
+
+
+class GluonCapture:
+    """Replaces a Gluon kernel: ``kernel[grid](*args, **kw)`` compiles it, never runs it."""
+
+    def __init__(self, name, kernel, sink):
+        self.name, self.kernel, self.sink = name, kernel, sink
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.sink.append((self.name, self.kernel.warmup(*args, grid=grid, **kwargs)))
+        return launch
+
+
+def inspect_gluon(args, dtype) -> int:
+    """The Gluon forward and dK/dV kernels at one head dim and mask; 1 if either spills or
+    ptxas warns that it serialised the wgmmas."""
+    import flashtile
+    from flashtile.kernels import bwd_hopper, fwd_hopper
+    sink = []
+    fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
+                                                 sink)
+    fwd_hopper._fwd_pipelined_kernel = GluonCapture("gluon fwd (pipelined)",
+                                                    fwd_hopper._fwd_pipelined_kernel, sink)
+    bwd_hopper._dkdv_hopper_kernel = GluonCapture("gluon dkdv", bwd_hopper._dkdv_hopper_kernel,
+                                                  sink)
+    heads = args.heads or 2048 // args.d
+    q, k, v, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(4))
+    params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
+                                                  None, False)
+    lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
+    for name in ("ws", "pipelined"):
+        os.environ["FLASHTILE_GLUON_FWD_SCHEDULE"] = name
+        fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
+    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
+    clean = True
+    for name, kernel in sink:
+        summarize(name, kernel, args.dump)
+        report = ptxas_report(kernel.asm["ptx"])
+        spilled = re.search(r"[1-9]\d* bytes spill", report) is not None
+        clean &= not spilled and "Performance Loss" not in report
+    print("ptxas: no spills, no serialised wgmma" if clean else
+          "ptxas: SPILLS or serialised wgmma (see above)")
+    return 0 if clean else 1
 
 
 def inspect_decode(args, dtype, sink) -> int:
@@ -159,10 +209,16 @@ def main() -> int:
     p.add_argument("--decode-splits", type=int, default=1,
                    help="num_splits (> 1: the kernel writes partials for the combine kernel)")
     p.add_argument("--page", type=int, default=256)
+    p.add_argument("--gluon", action="store_true",
+                   help="compile the Gluon forward and dK/dV kernels instead; exit 1 on spills "
+                        "or serialised wgmma")
     p.add_argument("--dump", type=Path)
     args = p.parse_args()
 
     driver.set_active(HopperStandIn())
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    if args.gluon:
+        return inspect_gluon(args, dtype)
     import flashtile
     from flashtile.kernels import bwd, fwd
     sink = []
@@ -172,7 +228,6 @@ def main() -> int:
     bwd._bwd_preprocess = Capture("preprocess", type("T", (), {"fn": bwd._bwd_preprocess})(),
                                   triton.Config({}, num_warps=4, num_stages=1), [])
 
-    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     if args.decode:
         return inspect_decode(args, dtype, sink)
     heads = args.heads or 2048 // args.d

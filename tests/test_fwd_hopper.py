@@ -33,11 +33,17 @@ def gluon_calls(monkeypatch):
 
 def test_folded_view_only_for_foldable_strides():
     t = torch.randn(2, 8, 3, 16)
-    f = fwd_hopper._folded(t)
+    f = fwd_hopper.folded(t)
     assert f.shape == (16, 48) and f.data_ptr() == t.data_ptr()
     assert torch.equal(f.view(2, 8, 3, 16), t)
-    assert fwd_hopper._folded(torch.randn(2, 3, 8, 16).transpose(1, 2)) is None   # (b, h, s, d)
-    assert fwd_hopper._folded(torch.randn(2, 8, 3, 32)[..., :16]) is None         # d sliced
+    assert fwd_hopper.folded(torch.randn(2, 3, 8, 16).transpose(1, 2)) is None   # (b, h, s, d)
+    assert fwd_hopper.folded(torch.randn(2, 8, 3, 32)[..., :16]) is None         # d sliced
+
+
+def test_unknown_schedule_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_SCHEDULE", "fast")
+    with pytest.raises(ValueError, match="ws or pipelined"):
+        fwd_hopper.schedule()
 
 
 def test_cpu_tensors_never_take_it(monkeypatch):
@@ -65,7 +71,9 @@ SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 204
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
-def test_gluon_forward_and_gradients(gluon_calls, shape, causal, dtype):
+@pytest.mark.parametrize("schedule", ["ws", "pipelined"])
+def test_gluon_forward_and_gradients(gluon_calls, monkeypatch, schedule, shape, causal, dtype):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_SCHEDULE", schedule)
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon forward"

@@ -18,12 +18,12 @@ triton = pytest.importorskip("triton")
 PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 
 
-def _run(script: str, *args: str) -> str:
+def _run(script: str, *args: str, ok=(0,)) -> str:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], env=env,
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in ok, proc.stderr[-3000:]
     return proc.stdout
 
 
@@ -36,6 +36,24 @@ def test_inspect_kernels_compiles_for_hopper():
         assert re.search(r"Used \d+ registers", line), line
     # Hopper tensor-core instructions and pipelined loads in every kernel
     assert out.count("HGMMA 0,") == 0 and "async_copy 0," not in out
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal")])
+def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
+    """The Gluon kernels compiled for sm_90a: the pipelined forward and the dK/dV kernel neither
+    spill nor get their wgmmas serialised by ptxas (its C75xx warnings), the regression that
+    cost the warp-specialised forward its overlap (it is reported, not asserted: a known
+    ptxas verdict at 12 warps, see kernels/fwd_hopper.py)."""
+    out = _run("inspect_kernels.py", "--gluon", "--d", str(d), "--seqlen", "512",
+               *([mask] if mask == "--causal" else []), ok=(0, 1))
+    lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
+    assert set(lines) == {"gluon fwd (ws)", "gluon fwd (pipelined)", "gluon dkdv"}, out
+    for name in ("gluon fwd (pipelined)", "gluon dkdv"):
+        line = lines[name]
+        assert " 0 bytes spill stores" in line and "C75" not in line, line
+        sass = out.split(line, 1)[1].splitlines()[1]
+        assert "HGMMA 0," not in sass, sass
 
 
 def test_host_overhead_times_the_host_path():

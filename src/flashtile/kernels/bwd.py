@@ -36,7 +36,7 @@ import triton.language as tl
 
 from ..reference.dense import sum_to_shape
 
-from . import plans
+from . import bwd_hopper, plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
                      dropout_keep, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
@@ -530,8 +530,12 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     atomic = dq_mode(params.deterministic) == "atomic"
-    # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
-    key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
+    # sm_90 dense hot path: dK/dV from the Gluon kernel (opt-in), dQ from the tile-level one
+    gluon = (not varlen and not atomic and not need_bias_grad
+             and bwd_hopper.supports(dout, q, k, v, params))
+    # (one-pass dQ zeroes and copies its accumulator with torch ops; the Gluon kernel's
+    # descriptors are made per call: neither is planned)
+    key = None if need_bias_grad or atomic or gluon else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse))
         plan = _PLANS.get(key)
@@ -598,13 +602,17 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    plans.launch(record, _dkdv_launch, dkdv_grid, (
-        q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
-        *strides(q, varlen), *strides(k, varlen), *strides(v, varlen), *strides(dout, varlen),
-        *strides(dk4, varlen), *strides(dv4, varlen), *dq_acc_strides, *sizes), dict(
-        **common, **bias, **sparse_args(params, seqlen_q, lse, "q"),
-        stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1], stride_dbm=dbias_strides[2],
-        HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
+    if gluon:
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+    else:
+        plans.launch(record, _dkdv_launch, dkdv_grid, (
+            q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
+            *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
+            *strides(dout, varlen), *strides(dk4, varlen), *strides(dv4, varlen),
+            *dq_acc_strides, *sizes), dict(
+            **common, **bias, **sparse_args(params, seqlen_q, lse, "q"),
+            stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1],
+            stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     else:

@@ -16,6 +16,15 @@ parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
 2-30% slower and was dropped. So it is opt-in: ``FLASHTILE_GLUON_FWD=1``.
 
+Found afterwards, offline (``scripts/inspect_kernels.py --gluon``): ptxas serialises every
+wgmma of this warp-specialised kernel (C7512, "insufficient register resources"; each HGMMA
+is followed by a wait). The loader makes the CTA 12 warps, so the kernel is compiled for 168
+registers per thread, and the consumers' ``setmaxnreg`` does not change that verdict. The
+measured parity was thus reached without any of the intended overlap. The ``pipelined``
+schedule (``FLASHTILE_GLUON_FWD_SCHEDULE=pipelined``: one 8-warp partition that issues its
+own loads, :func:`_fwd_pipelined_kernel`) compiles with its wgmmas asynchronous and no spills;
+it has not run on a GPU yet.
+
 It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
 ``seqlen_q == seqlen_k``, and q/k/v whose (batch, seqlen) and (heads, d) axes each fold into one
@@ -218,6 +227,129 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
+@gluon.jit
+def _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col, j, pred,
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """TMA loads of K/V tile j into its ring slot (skipped when ``pred`` is false)."""
+    slot = j % NUM_STAGES
+    row = kv_row0 + j * BLOCK_N
+    mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
+                                    k_smem.index(slot), pred=pred)
+    mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
+                                    v_smem.index(slot), pred=pred)
+
+
+@gluon.jit
+def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride_lse_h,
+                          nheads, group, seqlen_q, seqlen_k, n_mtiles, qk_scale,
+                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """The ``pipelined`` schedule: one 8-warp partition (two warpgroups, 2 * BLOCK_M rows)
+    issues its own K/V loads NUM_STAGES - 1 tiles ahead; no loader warp.
+
+    Why: with a loader the CTA has 12 warps, so the kernel is compiled for 168 registers per
+    thread, and ptxas then serialises every wgmma of the warp-specialised kernel (C7512,
+    "insufficient register resources", whatever the consumers' setmaxnreg); with 8 warps it
+    has 255, and the same consumer loop keeps its wgmmas asynchronous.
+    """
+    ROWS: gl.constexpr = 2 * BLOCK_M
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    pid = gl.program_id(0)
+    n_bh = gl.num_programs(0) // n_mtiles
+    if CAUSAL:
+        tile = n_mtiles - 1 - pid // n_bh
+        bh = pid % n_bh
+    else:
+        tile = pid % n_mtiles
+        bh = pid // n_mtiles
+    off_b = bh // nheads
+    off_h = bh % nheads
+    m0 = tile * ROWS
+    q_row0 = off_b * seqlen_q + m0
+    kv_row0 = off_b * seqlen_k
+    q_col = off_h * HEAD_D
+    kv_col = (off_h // group) * HEAD_D
+    if CAUSAL:
+        n_tiles = gl.cdiv(m0 + ROWS, BLOCK_N)
+        n_unmasked = m0 // BLOCK_N
+    else:
+        n_tiles = seqlen_k // BLOCK_N
+        n_unmasked = n_tiles
+
+    q_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
+    for i in gl.static_range(NUM_STAGES):
+        _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col, i,
+                  i < n_tiles, BLOCK_N, NUM_STAGES)
+    mbarrier.wait(q_bar, 0)
+
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+    l_i = gl.full([ROWS], 0.0, gl.float32, row_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    rows = m0 + gl.arange(0, ROWS, layout=row_layout)
+
+    mbarrier.wait(k_ready.index(0), 0)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+    s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))   # (see _consume)
+    acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_D], gl.float32, o_layout))
+    for j in range(n_tiles - 1):
+        s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
+                                       BLOCK_N, CAUSAL, o_layout)
+        if j > 0:
+            # Both warpgroups are past tile j-1 (each waited for its own P V): refill its
+            # slot with the tile NUM_STAGES ahead.
+            gl.thread_barrier()
+            _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col,
+                      j - 1 + NUM_STAGES, j - 1 + NUM_STAGES < n_tiles, BLOCK_N, NUM_STAGES)
+        nslot = (j + 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
+        s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero,
+                              use_acc=False, is_async=True)
+        p_op, l_i = _probs(s, m_new, alpha, l_i, dtype, p_layout)
+        m_i = m_new
+        slot = j % NUM_STAGES
+        mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
+        acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+    j = n_tiles - 1
+    s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
+                                 CAUSAL, o_layout)
+    p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
+    slot = j % NUM_STAGES
+    mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+
+    acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+    gl.store(LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows, lse)
+    gl.thread_barrier()                         # both warpgroups are done reading Q
+    q_smem.store(acc.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], q_smem)
+    tma.store_wait(0)
+
+
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
@@ -225,7 +357,17 @@ def config(d: int) -> tuple[int, int, int, int]:
     return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
 
 
-def _folded(t: torch.Tensor) -> torch.Tensor | None:
+def schedule() -> str:
+    """``ws`` (default, measured: a loader warp and two consumer warpgroups) or ``pipelined``
+    (one 8-warp partition that issues its own loads; not yet measured):
+    ``FLASHTILE_GLUON_FWD_SCHEDULE``."""
+    name = os.environ.get("FLASHTILE_GLUON_FWD_SCHEDULE", "ws")
+    if name not in ("ws", "pipelined"):
+        raise ValueError(f"FLASHTILE_GLUON_FWD_SCHEDULE must be ws or pipelined, got {name!r}")
+    return name
+
+
+def folded(t: torch.Tensor) -> torch.Tensor | None:
     """``(b, s, h, d)`` as the 2-D ``(b*s, h*d)`` view TMA reads, or None if the strides do
     not allow one."""
     b, s, h, d = t.shape
@@ -241,9 +383,10 @@ def enabled() -> bool:
     return os.environ.get("FLASHTILE_GLUON_FWD", "0") not in ("", "0")
 
 
-def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
-    """True when this kernel can run the call (see the module docstring)."""
-    if not (enabled() and q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
+    """The device, dtype, feature, head-dim and layout conditions that this kernel and the
+    Gluon dK/dV kernel (:mod:`.bwd_hopper`) share; each adds its own tile multiples."""
+    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
         return False
@@ -257,11 +400,17 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     d = q.shape[3]
     if d not in _CONFIGS or k.shape[3] != d or v.shape[3] != d:
         return False
-    rows, keys = 2 * config(d)[0], config(d)[1]
-    sq, sk = q.shape[1], k.shape[1]
-    if sq % rows or sk % keys or (params.causal and sq != sk):
+    if params.causal and q.shape[1] != k.shape[1]:
         return False
-    return all(_folded(t) is not None for t in (q, k, v))
+    return all(folded(t) is not None for t in (q, k, v))
+
+
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
+    """True when this kernel can run the call (see the module docstring)."""
+    if not (enabled() and covers(q, k, v, params)):
+        return False
+    rows, keys = 2 * config(q.shape[3])[0], config(q.shape[3])[1]
+    return q.shape[1] % rows == 0 and k.shape[1] % keys == 0
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -274,14 +423,24 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     gdt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
     q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
     kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
-    q2, k2, v2, o2 = (_folded(t) for t in (q, k, v, out))
+    q2, k2, v2, o2 = (folded(t) for t in (q, k, v, out))
     q_desc = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [block_m, d], q_layout)
     o_desc = TensorDescriptor(o2, list(o2.shape), list(o2.stride()), [block_m, d], q_layout)
     k_desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [block_n, d], kv_layout)
     v_desc = TensorDescriptor(v2, list(v2.shape), list(v2.stride()), [block_n, d], kv_layout)
     n_mtiles = sq // (2 * block_m)
-    _fwd_hopper_kernel[(n_mtiles * b * hq,)](
-        q_desc, k_desc, v_desc, o_desc, lse, lse.stride(0), lse.stride(1),
-        hq, hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E,
-        BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)
+    grid = (n_mtiles * b * hq,)
+    args = (k_desc, v_desc, lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
+            params.softmax_scale * LOG2E)
+    if schedule() == "pipelined":               # Q and O tiles: both warpgroups' rows at once
+        q_desc, o_desc = (TensorDescriptor(t, list(t.shape), list(t.stride()), [2 * block_m, d],
+                                           gl.NVMMASharedLayout.get_default_for(
+                                               [2 * block_m, d], gdt)) for t in (q2, o2))
+        _fwd_pipelined_kernel[grid](
+            q_desc, args[0], args[1], o_desc, *args[2:], BLOCK_M=block_m, BLOCK_N=block_n,
+            HEAD_D=d, NUM_STAGES=stages, CAUSAL=bool(params.causal), num_warps=8)
+        return
+    _fwd_hopper_kernel[grid](
+        q_desc, args[0], args[1], o_desc, *args[2:], BLOCK_M=block_m, BLOCK_N=block_n,
+        HEAD_D=d, NUM_STAGES=stages, CAUSAL=bool(params.causal), CONSUMER_REGS=regs,
+        num_warps=4)

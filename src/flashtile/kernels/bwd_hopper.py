@@ -1,0 +1,286 @@
+"""Hopper dK/dV kernel written in Gluon: the backward's larger half with FA3's register budget.
+
+The tile-level dK/dV kernel (:mod:`.bwd`) keeps dK and dV (two ``BLOCK_N x d`` fp32
+accumulators) plus S, dP, P and dS in the registers of one program. At d = 128 its best
+config spills (372 B per thread at 64x128, 8 warps; docs/perf.md, session 8), and Triton
+cannot give more registers to the warps that do the math. This kernel can:
+
+- **three partitions per CTA**: a one-warp *loader* streams (Q, dO) tiles by TMA into a
+  ring of ``NUM_STAGES`` slots; two four-warp *consumers* (one warpgroup each) own
+  ``BLOCK_N`` keys apiece, keep their K and V tiles in shared memory, and read every (Q, dO)
+  slot once between them;
+- **registers**: the loader runs on 24 registers per thread, the consumers on up to 240, which
+  hold dK, dV, S^T, dP^T and the bf16 P^T, dS^T operands without spilling;
+- **transposed products**, so the keys are the rows everywhere: ``S^T = K Q^T``,
+  ``dP^T = V dO^T``, ``P^T = exp2(S^T * scale*log2e - LSE*log2e)``,
+  ``dS^T = P^T (dP^T - D)``, ``dV += P^T dO``, ``dK += dS^T Q`` (P^T and dS^T go to the
+  tensor cores from registers; Q and dO from shared memory, read as they are and transposed);
+- **GQA**: a CTA walks the query tiles of every query head of its KV head, so dK and dV are
+  summed in registers and written once.
+
+Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
+for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
+instructions touch an accumulator still in flight.
+
+dQ stays with the tile-level dQ kernel, and ``D = rowsum(dO * O)`` with the preprocess kernel.
+The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
+multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable ``dout``
+and the two-pass dQ mode. Opt-in: ``FLASHTILE_GLUON_BWD=1``.
+
+Status: written and compiled for sm_90a offline (ptxas: no spills, no serialisation), GPU
+tests ready in ``tests/test_bwd_hopper.py``; not yet run on a GPU (session 9 had no device
+time left).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from . import fwd_hopper
+
+LOG2E = 1.4426950408889634
+
+# (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
+# d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
+# registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
+_CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
+
+
+@gluon.jit
+def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, q_row0, q_col0, i0, n_i, n_t,
+               BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Loader partition: (Q, dO) tiles t = 0..n_t-1 into the ring, where tile t is query tile
+    ``i0 + t % n_i`` of the group's query head ``t // n_i``; a slot is refilled only after both
+    consumers released it."""
+    for t in range(n_t):
+        slot = t % NUM_STAGES
+        mbarrier.wait(empty.index(slot), ((t // NUM_STAGES) & 1) ^ 1)
+        row = q_row0 + (i0 + t % n_i) * BLOCK_M
+        col = q_col0 + (t // n_i) * HEAD_D
+        bar = ready.index(slot)
+        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
+        tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+
+
+@gluon.jit
+def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
+    """Sequence positions of tile t's queries (tile t: query tile ``i0 + t % n_i``)."""
+    return (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+
+
+@gluon.jit
+def _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0, n_i,
+               BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
+    """Tile t's LSE rows (log2 domain) and D rows (of the group's query head ``t // n_i``)."""
+    gi = t // n_i
+    q_pos = _query_pos(t, i0, n_i, BLOCK_M, col_layout)
+    lse2 = gl.load(LSE + lse_base + gi * stride_lse_h + q_pos) * 1.4426950408889634
+    d_row = gl.load(DSUM + d_base + gi * stride_d_h + q_pos)
+    return lse2, d_row
+
+
+@gluon.jit
+def _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M: gl.constexpr,
+                   CAUSAL: gl.constexpr, dtype: gl.constexpr, a_layout: gl.constexpr):
+    """P^T and dS^T of tile t, as register A operands of dV += P^T dO and dK += dS^T Q."""
+    pt = gl.exp2(st * qk_scale - lse2[None, :])
+    if CAUSAL:                                   # key j is seen by query i iff j <= i
+        q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
+        pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
+    dst = pt * (dpt - d_row[None, :])
+    return (gl.convert_layout(pt.to(dtype), a_layout),
+            gl.convert_layout(dst.to(dtype), a_layout))
+
+
+@gluon.jit
+def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem, do_smem,
+                  ready, empty, LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
+                  kv_row0, kv_col, first_key, i0, n_i, n_t, qk_scale, sm_scale,
+                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Consumer partition (one warpgroup): dK and dV of BLOCK_N keys starting at sequence
+    position ``first_key``, over the loader's n_t (Q, dO) tiles; writes them by TMA."""
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_M, 16])
+    g_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_D, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=g_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    dtype: gl.constexpr = k_desc.dtype
+
+    mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [kv_row0, kv_col], kv_bar, k_smem)
+    tma.async_copy_global_to_shared(v_desc, [kv_row0, kv_col], kv_bar, v_smem)
+    mbarrier.wait(kv_bar, 0)
+
+    keys = first_key + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+    s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+    mbarrier.wait(ready.index(0), 0)
+    st = warpgroup_mma(k_smem, q_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                       is_async=True)
+    dpt = warpgroup_mma(v_smem, do_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                        is_async=True)
+    # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
+    # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
+    st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
+    st, dpt = warpgroup_mma_init(st), warpgroup_mma_init(dpt)
+    dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+    dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
+                             n_i, BLOCK_M, col_layout)
+    for t in range(n_t - 1):            # the last tile has no next S^T: peeled below
+        st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+        if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
+            mbarrier.arrive(empty.index((t - 1) % NUM_STAGES), count=1)
+        pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
+                                       BLOCK_M, CAUSAL, dtype, a_layout)
+        # (the next tile's rows are fetched now, to land while the GEMMs run)
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t + 1,
+                                 i0, n_i, BLOCK_M, col_layout)
+        slot = t % NUM_STAGES
+        dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+        dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+        nslot = (t + 1) % NUM_STAGES
+        mbarrier.wait(ready.index(nslot), ((t + 1) // NUM_STAGES) & 1)
+        st = warpgroup_mma(k_smem, q_smem.index(nslot).permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_smem, do_smem.index(nslot).permute((1, 0)), s_zero,
+                            use_acc=False, is_async=True)
+    t = n_t - 1
+    st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+    if t > 0:
+        mbarrier.arrive(empty.index((t - 1) % NUM_STAGES), count=1)
+    pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M,
+                                   CAUSAL, dtype, a_layout)
+    slot = t % NUM_STAGES
+    dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+    dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+    mbarrier.arrive(empty.index(slot), count=1)
+
+    # K and V are no longer read: their tiles stage dK and dV for the TMA stores.
+    k_smem.store((dk * sm_scale).to(dtype))
+    v_smem.store(dv.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dk_desc, [kv_row0, kv_col], k_smem)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row0, kv_col], v_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DSUM,
+                        stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
+                        nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, qk_scale, sm_scale,
+                        BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                        CONSUMER_REGS: gl.constexpr):
+    # One CTA: 2 * BLOCK_N keys of one (batch, KV head). Causal grids go heaviest first (the
+    # first keys are seen by the most queries).
+    pid = gl.program_id(0)
+    n_bh = gl.num_programs(0) // n_ntiles
+    if CAUSAL:
+        tile = pid // n_bh
+        bh = pid % n_bh
+    else:
+        tile = pid % n_ntiles
+        bh = pid // n_ntiles
+    off_b = bh // nheads_kv
+    off_hkv = bh % nheads_kv
+    n0 = tile * (2 * BLOCK_N)
+    kv_row0 = off_b * seqlen_k + n0
+    kv_col = off_hkv * HEAD_D
+    n_qtiles = seqlen_q // BLOCK_M
+    if CAUSAL:   # queries before the CTA's first key see none of its keys
+        i0 = n0 // BLOCK_M
+    else:
+        i0 = 0
+    n_i = n_qtiles - i0
+    n_t = group * n_i
+    q_row0 = off_b * seqlen_q
+    q_col0 = off_hkv * group * HEAD_D
+    lse_base = off_b * stride_lse_b + off_hkv * group * stride_lse_h
+    d_base = off_b * stride_d_b + off_hkv * group * stride_d_h
+
+    dtype: gl.constexpr = k_desc.dtype
+    k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
+    kv_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(kv_bar.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
+
+    gl.warp_specialize([
+        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem.index(0), v_smem.index(0),
+                         kv_bar.index(0), q_smem, do_smem, ready, empty, LSE, DSUM, lse_base,
+                         d_base, stride_lse_h, stride_d_h, kv_row0, kv_col, n0, i0, n_i, n_t,
+                         qk_scale, sm_scale, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem.index(1), v_smem.index(1),
+                         kv_bar.index(1), q_smem, do_smem, ready, empty, LSE, DSUM, lse_base,
+                         d_base, stride_lse_h, stride_d_h, kv_row0 + BLOCK_N, kv_col,
+                         n0 + BLOCK_N, i0, n_i, n_t, qk_scale, sm_scale, BLOCK_N, BLOCK_M,
+                         HEAD_D, NUM_STAGES, CAUSAL)),
+        (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, q_row0, q_col0, i0, n_i,
+                      n_t, BLOCK_M, HEAD_D, NUM_STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def config(d: int) -> tuple[int, int, int, int]:
+    """(keys per consumer, queries per tile, ring slots, consumer registers) for head dim d;
+    ``FLASHTILE_GLUON_BWD_CONFIG=keys,queries,slots,regs`` overrides it (for sweeps)."""
+    text = os.environ.get("FLASHTILE_GLUON_BWD_CONFIG")
+    return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
+
+
+def enabled() -> bool:
+    """Opt-in (``FLASHTILE_GLUON_BWD=1``) until it is measured on a GPU."""
+    return os.environ.get("FLASHTILE_GLUON_BWD", "0") not in ("", "0")
+
+
+def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             params) -> bool:
+    """True when this kernel can compute the call's dK and dV (see the module docstring)."""
+    if not (enabled() and fwd_hopper.covers(q, k, v, params)):
+        return False
+    keys, queries = 2 * config(q.shape[3])[0], config(q.shape[3])[1]
+    return (q.shape[1] % queries == 0 and k.shape[1] % keys == 0
+            and dout.shape == q.shape and dout.dtype == q.dtype
+            and fwd_hopper.folded(dout) is not None)
+
+
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
+    """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, d)``,
+    ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
+    block_n, block_m, stages, regs = config(d)
+    gdt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
+    q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
+    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
+
+    def desc(t, rows, layout):
+        t2 = fwd_hopper.folded(t)
+        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, d], layout)
+
+    n_ntiles = sk // (2 * block_n)
+    _dkdv_hopper_kernel[(n_ntiles * b * hkv,)](
+        desc(q, block_m, q_layout), desc(k, block_n, kv_layout), desc(v, block_n, kv_layout),
+        desc(dout, block_m, q_layout), desc(dk, block_n, kv_layout), desc(dv, block_n, kv_layout),
+        lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
+        hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale,
+        BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
+        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)

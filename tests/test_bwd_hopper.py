@@ -1,0 +1,121 @@
+"""The Gluon dK/dV kernel for Hopper (:mod:`flashtile.kernels.bwd_hopper`): which calls take
+it, and the gradients against the float64 reference (GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_kernels import check
+from utils import assert_within_budget
+
+import flashtile
+from flashtile import attention_reference, flash_attn_func
+from flashtile.interface import _flash_params
+from flashtile.kernels import bwd_hopper
+
+GPU = torch.cuda.is_available()
+HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """Turns the (opt-in) Gluon dK/dV kernel on and counts its launches (the real one runs)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
+    calls = []
+    real = bwd_hopper.dkdv
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(bwd_hopper, "dkdv", spy)
+    flashtile.set_backend("triton")
+    yield calls
+    flashtile.set_backend(None)
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD", raising=False)
+    assert not bwd_hopper.enabled()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
+    assert bwd_hopper.enabled()
+
+
+def test_cpu_tensors_never_take_it(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
+    q = torch.randn(1, 256, 2, 64, dtype=torch.float16)
+    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
+    assert not bwd_hopper.supports(q, q, q, q, params)
+
+
+# (b, s, hq, hkv, d): GQA and MQA (dK/dV summed over the group in registers), one and several
+# key tiles per CTA, both head dims
+SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+def test_gluon_dkdv(gluon_calls, shape, causal, dtype):
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "this call should have run the Gluon dK/dV kernel"
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_with_the_gluon_forward_and_a_scale(gluon_calls, monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    check(2, 512, 512, 4, 2, 128, 128, torch.bfloat16, causal=True, scale=0.3)
+    assert len(gluon_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", ["ragged-length", "bhsd-layout", "d96", "softcap",
+                                  "atomic-dq"])
+def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
+    """Calls outside the kernel's cover run the tile-level dK/dV kernel, still within budget."""
+    kwargs = dict(b=1, sq=512, sk=512, hq=2, hkv=2, d=128, dv=128, dtype=torch.bfloat16)
+    if case == "ragged-length":
+        kwargs.update(sq=300, sk=300)
+    elif case == "bhsd-layout":
+        kwargs.update(strided=True)
+    elif case == "d96":
+        kwargs.update(d=96, dv=96)
+    elif case == "softcap":
+        kwargs.update(softcap=20.0)
+    else:
+        monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    shape = [kwargs.pop(n) for n in ("b", "sq", "sk", "hq", "hkv", "d", "dv", "dtype")]
+    check(*shape, **kwargs)
+    assert gluon_calls == []
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_strided_dout_falls_back(gluon_calls):
+    """A dout that is a (b, h, s, d)-allocated view cannot be read by TMA: the tile-level kernel
+    runs; with the same values contiguous the Gluon kernel runs; both within budget."""
+    q, k, v = (torch.randn(1, 512, 2, 64, dtype=torch.bfloat16, device="cuda")
+               for _ in range(3))
+    dout = torch.randn(1, 2, 512, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
+
+    def grads(dt, kernel_dout=None):
+        ins = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+        if kernel_dout is None:
+            out = attention_reference(*ins, dtype=dt)[0]
+            return torch.autograd.grad(out, ins, dout.to(dt))
+        return torch.autograd.grad(flash_attn_func(*ins), ins, kernel_dout)
+
+    ref, same = grads(torch.float64), grads(torch.bfloat16)
+    strided = grads(torch.bfloat16, dout)
+    assert gluon_calls == []
+    contiguous = grads(torch.bfloat16, dout.contiguous())
+    assert len(gluon_calls) == 1
+    for name, r, s_, a, b in zip(("dq", "dk", "dv"), ref, same, strided, contiguous):
+        floor = 8e-3 * (4 if name != "dv" else 1)
+        assert_within_budget(name + " (strided dout)", a, r, s_, floor)
+        assert_within_budget(name + " (contiguous dout)", b, r, s_, floor)
