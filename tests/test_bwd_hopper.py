@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_kernels import check
-from utils import assert_within_budget
+from utils import assert_within_budget, count_calls
 
 import flashtile
 from flashtile import attention_reference, flash_attn_func
@@ -22,13 +22,7 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 def gluon_calls(monkeypatch):
     """Turns the (opt-in) Gluon dK/dV kernel on and counts its launches (the real one runs)."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
-    calls = []
-    real = bwd_hopper.dkdv
-
-    def spy(*args, **kwargs):
-        calls.append(args[0].shape)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(bwd_hopper, "dkdv", spy)
+    calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
     flashtile.set_backend("triton")
     yield calls
     flashtile.set_backend(None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_kernels import check
+from utils import count_calls
 
 import flashtile
 from flashtile.interface import _flash_params
@@ -19,13 +20,7 @@ HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
 def gluon_calls(monkeypatch):
     """Turns the (opt-in) Gluon forward on and counts its launches (the real one runs)."""
     monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
-    calls = []
-    real = fwd_hopper.forward
-
-    def spy(*args, **kwargs):
-        calls.append(args[0].shape)
-        return real(*args, **kwargs)
-    monkeypatch.setattr(fwd_hopper, "forward", spy)
+    calls = count_calls(monkeypatch, fwd_hopper, "forward")
     flashtile.set_backend("triton")
     yield calls
     flashtile.set_backend(None)

@@ -46,3 +46,16 @@ def shape_id(b, sq, sk, hq, hkv, d, dv=None) -> str:
 
 __all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_within_budget", "flashtile",
            "max_err", "shape_id"]
+
+
+def count_calls(monkeypatch, module, name: str) -> list:
+    """Wrap ``module.name`` (the real one still runs) and return the list that collects the
+    shape of each call's first argument."""
+    calls = []
+    real = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, spy)
+    return calls

@@ -107,11 +107,9 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of BLOCK_N keys starting at sequence
     position ``first_key``, over the loader's n_t (Q, dO) tiles; writes them by TMA."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_M, 16])
-    g_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_D, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=g_layout, k_width=2)
+    s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
+    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
+    a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
 
@@ -181,16 +179,9 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
                         BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                         NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr):
-    # One CTA: 2 * BLOCK_N keys of one (batch, KV head). Causal grids go heaviest first (the
-    # first keys are seen by the most queries).
-    pid = gl.program_id(0)
-    n_bh = gl.num_programs(0) // n_ntiles
-    if CAUSAL:
-        tile = pid // n_bh
-        bh = pid % n_bh
-    else:
-        tile = pid % n_ntiles
-        bh = pid // n_ntiles
+    # One CTA: 2 * BLOCK_N keys of one (batch, KV head); causal: the first keys (seen by the
+    # most queries) first.
+    tile, bh = fwd_hopper._program_tile(n_ntiles, CAUSAL, False)
     off_b = bh // nheads_kv
     off_hkv = bh % nheads_kv
     n0 = tile * (2 * BLOCK_N)

@@ -42,6 +42,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import constexpr_function
 
 LOG2E = 1.4426950408889634
 
@@ -49,6 +50,35 @@ LOG2E = 1.4426950408889634
 # (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%; d=64 at
 # 128 keys x 4 slots beat 64 keys by 9-10%)
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
+
+
+@constexpr_function
+def mma_layouts(warps, n_scores, n_out):
+    """The register layouts of this module's products over ``warps`` warps (16-row wgmma
+    slices): scores ``(rows, n_scores)`` fp32, outputs ``(rows, n_out)`` fp32, and the scores'
+    fp16/bf16 copy as the register A operand of an output product."""
+    scores = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1],
+                                       instr_shape=[16, n_scores, 16])
+    out = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1],
+                                    instr_shape=[16, n_out, 16])
+    return scores, out, gl.DotOperandLayout(operand_index=0, parent=out, k_width=2)
+
+
+@gluon.jit
+def _program_tile(n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr):
+    """(tile, batch * heads + head) of this program. Without a mask a head's tiles are
+    neighbours in the grid (its K/V stay in L2); causal grids take every head's heaviest tile
+    first: the last query tile (the forward, ``HEAVY_LAST``) or the first key tile (dK/dV)."""
+    pid = gl.program_id(0)
+    n_bh = gl.num_programs(0) // n_tiles
+    tile = pid % n_tiles
+    bh = pid // n_tiles
+    if CAUSAL:
+        tile = pid // n_bh
+        bh = pid % n_bh
+        if HEAVY_LAST:
+            tile = n_tiles - 1 - tile
+    return tile, bh
 
 
 @gluon.jit
@@ -100,6 +130,61 @@ def _probs(s, m_new, alpha, l_i, dtype: gl.constexpr, p_layout: gl.constexpr):
 
 
 @gluon.jit
+def _start(q_smem, k_smem, k_ready, first_row, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+           HEAD_D: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr):
+    """The online softmax's start for ROWS query rows from sequence row ``first_row``: row
+    max -inf, row sum 0, the rows' positions, S's zero input, S_0 (complete) and O's zero
+    accumulator. S_0 is waited for before O's zeros exist: the compiler would otherwise place
+    them after the first issue, and ptxas serialises every wgmma when ordinary instructions
+    write an accumulator mid-flight (C7515)."""
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
+    l_i = gl.full([ROWS], 0.0, gl.float32, row_layout)
+    rows = first_row + gl.arange(0, ROWS, layout=row_layout)
+    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
+    mbarrier.wait(k_ready.index(0), 0)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+    s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
+    acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_D], gl.float32, o_layout))
+    return m_i, l_i, rows, s_zero, s_tok, acc
+
+
+@gluon.jit
+def _pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES: gl.constexpr):
+    """Issue O += P_j V_j once V_j has landed."""
+    slot = j % NUM_STAGES
+    mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
+    return warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+
+
+@gluon.jit
+def _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem, k_ready, v_ready, s_zero,
+                 NUM_STAGES: gl.constexpr, dtype: gl.constexpr, p_layout: gl.constexpr):
+    """Issue S_{j+1}; then P_j's exp2 and row sums, which run while it computes; then P_j V_j.
+    Returns S_{j+1} and O in flight and the new row sums."""
+    nslot = (j + 1) % NUM_STAGES
+    mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+    p_op, l_i = _probs(s, m_new, alpha, l_i, dtype, p_layout)
+    return s_tok, _pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES), l_i
+
+
+@gluon.jit
+def _write_out(acc, m_i, l_i, lse_row, q_smem, o_desc, q_row0, q_col, dtype: gl.constexpr,
+               o_layout: gl.constexpr):
+    """O = acc / l through Q's shared-memory tile (no longer read) by TMA; LSE = m + log l
+    (natural log) at ``lse_row`` (pointers). Every row saw at least one key: l > 0."""
+    acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    gl.store(lse_row, (m_i + gl.log2(l_i)) * 0.6931471805599453)
+    q_smem.store(acc.to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], q_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, empty,
              LSE, lse_base, q_row0, q_col, first_row, n_tiles, n_unmasked, qk_scale,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
@@ -107,31 +192,17 @@ def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, em
     """Consumer partition (one warpgroup): BLOCK_M query rows starting at sequence row
     ``first_row`` over K/V tiles 0..n_tiles-1 (tiles from ``n_unmasked`` on get the causal
     mask). Writes its rows of O (TMA) and LSE."""
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
+    o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
     dtype: gl.constexpr = q_desc.dtype
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
     mbarrier.wait(q_bar, 0)
 
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-    l_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
-    # (an accumulator handle: the loop carries P V in flight)
-    acc = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout))
-    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    rows = first_row + gl.arange(0, BLOCK_M, layout=row_layout)
-
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
-    # S_0 completes before the loop: the compiler places O's zeros after the first issue, and
-    # ptxas serialises every wgmma when ordinary instructions write an accumulator mid-flight.
-    s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
+    m_i, l_i, rows, s_zero, s_tok, acc = _start(q_smem, k_smem, k_ready, first_row, BLOCK_M,
+                                                BLOCK_N, HEAD_D, s_layout, o_layout)
     # Per tile j: wait S_j; mask and row max; rescale O; issue S_{j+1}; exp2 and row sums
     # (overlapping S_{j+1} on the tensor cores); issue P V_j.
     for j in range(n_tiles - 1):        # the last tile has no next S: peeled below
@@ -139,35 +210,19 @@ def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, em
                                        BLOCK_N, CAUSAL, o_layout)
         if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
             mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
-        nslot = (j + 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
-        s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero,
-                              use_acc=False, is_async=True)
-        p_op, l_i = _probs(s, m_new, alpha, l_i, dtype, p_layout)
+        s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem,
+                                       k_ready, v_ready, s_zero, NUM_STAGES, dtype, p_layout)
         m_i = m_new
-        slot = j % NUM_STAGES
-        mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
     j = n_tiles - 1
     s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
                                  CAUSAL, o_layout)
     if j > 0:
         mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
     p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
-    slot = j % NUM_STAGES
-    mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
-    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty.index(slot), count=1)
-
-    # Every row saw at least its own key (causal) or all keys: l_i > 0.
-    acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-    gl.store(LSE + lse_base + rows, lse)
-    q_smem.store(acc.to(dtype))               # Q is no longer read: its tile stages O
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], q_smem)
-    tma.store_wait(0)
+    acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
+    mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)
+    _write_out(acc, m_i, l_i, LSE + lse_base + rows, q_smem, o_desc, q_row0, q_col, dtype,
+               o_layout)
 
 
 @gluon.jit
@@ -176,15 +231,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr):
-    # One CTA: 2 * BLOCK_M query rows of one (batch, head). Causal grids go heaviest first.
-    pid = gl.program_id(0)
-    n_bh = gl.num_programs(0) // n_mtiles
-    if CAUSAL:
-        tile = n_mtiles - 1 - pid // n_bh
-        bh = pid % n_bh
-    else:
-        tile = pid % n_mtiles
-        bh = pid // n_mtiles
+    # One CTA: 2 * BLOCK_M query rows of one (batch, head).
+    tile, bh = _program_tile(n_mtiles, CAUSAL, True)
     off_b = bh // nheads
     off_h = bh % nheads
     m0 = tile * (2 * BLOCK_M)
@@ -255,22 +303,12 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, str
     has 255, and the same consumer loop keeps its wgmmas asynchronous.
     """
     ROWS: gl.constexpr = 2 * BLOCK_M
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[8, 1],
-                                                       instr_shape=[16, HEAD_D, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    s_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[0]
+    o_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[1]
+    p_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[2]
     dtype: gl.constexpr = q_desc.dtype
 
-    pid = gl.program_id(0)
-    n_bh = gl.num_programs(0) // n_mtiles
-    if CAUSAL:
-        tile = n_mtiles - 1 - pid // n_bh
-        bh = pid % n_bh
-    else:
-        tile = pid % n_mtiles
-        bh = pid // n_mtiles
+    tile, bh = _program_tile(n_mtiles, CAUSAL, True)
     off_b = bh // nheads
     off_h = bh % nheads
     m0 = tile * ROWS
@@ -303,17 +341,9 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, str
                   i < n_tiles, BLOCK_N, NUM_STAGES)
     mbarrier.wait(q_bar, 0)
 
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
-    l_i = gl.full([ROWS], 0.0, gl.float32, row_layout)
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    rows = m0 + gl.arange(0, ROWS, layout=row_layout)
-
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
-    s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))   # (see _consume)
-    acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_D], gl.float32, o_layout))
-    for j in range(n_tiles - 1):
+    m_i, l_i, rows, s_zero, s_tok, acc = _start(q_smem, k_smem, k_ready, m0, ROWS, BLOCK_N,
+                                                HEAD_D, s_layout, o_layout)
+    for j in range(n_tiles - 1):        # (the step of _consume; the last tile peeled below)
         s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
                                        BLOCK_N, CAUSAL, o_layout)
         if j > 0:
@@ -322,32 +352,17 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, str
             gl.thread_barrier()
             _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col,
                       j - 1 + NUM_STAGES, j - 1 + NUM_STAGES < n_tiles, BLOCK_N, NUM_STAGES)
-        nslot = (j + 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
-        s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero,
-                              use_acc=False, is_async=True)
-        p_op, l_i = _probs(s, m_new, alpha, l_i, dtype, p_layout)
+        s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem,
+                                       k_ready, v_ready, s_zero, NUM_STAGES, dtype, p_layout)
         m_i = m_new
-        slot = j % NUM_STAGES
-        mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
     j = n_tiles - 1
     s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
                                  CAUSAL, o_layout)
     p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
-    slot = j % NUM_STAGES
-    mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
-    acc = warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-
-    acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-    gl.store(LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows, lse)
+    acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
     gl.thread_barrier()                         # both warpgroups are done reading Q
-    q_smem.store(acc.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], q_smem)
-    tma.store_wait(0)
+    _write_out(acc, m_i, l_i, LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows, q_smem,
+               o_desc, q_row0, q_col, dtype, o_layout)
 
 
 def config(d: int) -> tuple[int, int, int, int]:
