@@ -287,7 +287,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     else:
         batch, seqlen_q = q.shape[0], q.shape[1]
         seqlen_k = k.shape[1]
-    if fwd_hopper.supports(q, k, v, params):       # sm_90 dense hot path (Gluon)
+    if fwd_hopper.supports(q, k, v, params):       # sm_90 dense hot path (Gluon, opt-in)
         out = alloc(out_shape, q.dtype, q.device)
         lse = alloc((batch, q.shape[2], seqlen_q), torch.float32, q.device)
         fwd_hopper.forward(q, k, v, params, out, lse)
