@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_fwd_hopper import fallback_call
 from test_kernels import check
 from utils import assert_within_budget, count_calls
 
@@ -72,18 +73,7 @@ def test_with_the_gluon_forward_and_a_scale(gluon_calls, monkeypatch):
                                   "atomic-dq"])
 def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
     """Calls outside the kernel's cover run the tile-level dK/dV kernel, still within budget."""
-    kwargs = dict(b=1, sq=512, sk=512, hq=2, hkv=2, d=128, dv=128, dtype=torch.bfloat16)
-    if case == "ragged-length":
-        kwargs.update(sq=300, sk=300)
-    elif case == "bhsd-layout":
-        kwargs.update(strided=True)
-    elif case == "d96":
-        kwargs.update(d=96, dv=96)
-    elif case == "softcap":
-        kwargs.update(softcap=20.0)
-    else:
-        monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
-    shape = [kwargs.pop(n) for n in ("b", "sq", "sk", "hq", "hkv", "d", "dv", "dtype")]
+    shape, kwargs = fallback_call(case, monkeypatch)
     check(*shape, **kwargs)
     assert gluon_calls == []
 

@@ -81,24 +81,36 @@ def test_scale_reaches_the_kernel(gluon_calls):
     assert len(gluon_calls) == 1
 
 
+def fallback_call(case: str, monkeypatch) -> tuple[list, dict]:
+    """``check``'s arguments for a call outside the Gluon kernels' cover (shared with
+    test_bwd_hopper): bf16, (1, 512, 2, 128) unless the case changes it."""
+    shape = dict(b=1, sq=512, sk=512, hq=2, hkv=2, d=128, dv=128, dtype=torch.bfloat16)
+    kwargs = {}
+    if case == "ragged-length":
+        shape.update(sq=300, sk=300)
+    elif case == "causal-sq-ne-sk":
+        shape.update(sk=768)
+        kwargs.update(causal=True)
+    elif case == "bhsd-layout":
+        kwargs.update(strided=True)
+    elif case == "d96":
+        shape.update(d=96, dv=96)
+    elif case == "softcap":
+        kwargs.update(softcap=20.0)
+    elif case == "atomic-dq":
+        monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    else:
+        raise ValueError(case)
+    return list(shape.values()), kwargs
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("case", ["ragged-length", "causal-sq-ne-sk", "bhsd-layout", "d96",
                                   "softcap"])
-def test_other_calls_fall_back(gluon_calls, case):
+def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
     """Calls outside the kernel's cover run the tile-level kernel, still within budget."""
-    kwargs = dict(b=1, sq=512, sk=512, hq=2, hkv=2, d=128, dv=128, dtype=torch.bfloat16)
-    if case == "ragged-length":
-        kwargs.update(sq=300, sk=300)
-    elif case == "causal-sq-ne-sk":
-        kwargs.update(sk=768, causal=True)
-    elif case == "bhsd-layout":
-        kwargs.update(strided=True)
-    elif case == "d96":
-        kwargs.update(d=96, dv=96)
-    else:
-        kwargs.update(softcap=20.0)
-    shape = [kwargs.pop(n) for n in ("b", "sq", "sk", "hq", "hkv", "d", "dv", "dtype")]
+    shape, kwargs = fallback_call(case, monkeypatch)
     check(*shape, **kwargs)
     assert gluon_calls == []
 

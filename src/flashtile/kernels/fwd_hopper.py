@@ -172,6 +172,18 @@ def _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem, k_ready, 
 
 
 @gluon.jit
+def _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem, v_ready,
+               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               dtype: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """The last tile j (no next S to issue): O, row max and row sum, all complete."""
+    s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
+                                 CAUSAL, o_layout)
+    p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
+    acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
+    return acc, m_i, l_i
+
+
+@gluon.jit
 def _write_out(acc, m_i, l_i, lse_row, q_smem, o_desc, q_row0, q_col, dtype: gl.constexpr,
                o_layout: gl.constexpr):
     """O = acc / l through Q's shared-memory tile (no longer read) by TMA; LSE = m + log l
@@ -214,12 +226,10 @@ def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, em
                                        k_ready, v_ready, s_zero, NUM_STAGES, dtype, p_layout)
         m_i = m_new
     j = n_tiles - 1
-    s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
-                                 CAUSAL, o_layout)
+    acc, m_i, l_i = _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem,
+                               v_ready, BLOCK_N, NUM_STAGES, CAUSAL, dtype, o_layout, p_layout)
     if j > 0:
         mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
-    p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
-    acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
     mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)
     _write_out(acc, m_i, l_i, LSE + lse_base + rows, q_smem, o_desc, q_row0, q_col, dtype,
                o_layout)
@@ -355,11 +365,9 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, str
         s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem,
                                        k_ready, v_ready, s_zero, NUM_STAGES, dtype, p_layout)
         m_i = m_new
-    j = n_tiles - 1
-    s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
-                                 CAUSAL, o_layout)
-    p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
-    acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
+    acc, m_i, l_i = _last_tile(s_tok, acc, m_i, l_i, rows, n_tiles - 1, n_unmasked, qk_scale,
+                               v_smem, v_ready, BLOCK_N, NUM_STAGES, CAUSAL, dtype, o_layout,
+                               p_layout)
     gl.thread_barrier()                         # both warpgroups are done reading Q
     _write_out(acc, m_i, l_i, LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows, q_smem,
                o_desc, q_row0, q_col, dtype, o_layout)
