@@ -3,6 +3,10 @@ its outputs and the gradients computed from its LSE against the float64 referenc
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from test_kernels import check
@@ -39,6 +43,19 @@ def test_unknown_schedule_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_SCHEDULE", "fast")
     with pytest.raises(ValueError, match="ws or pipelined"):
         fwd_hopper.schedule()
+
+
+def test_gluon_is_imported_only_when_switched_on():
+    """Gluon and the opt-in kernels cost ~35 ms of import time: ``import flashtile`` and the
+    kernel modules must not pull them in; a switched-on call finds them."""
+    code = ("import sys, flashtile, flashtile.kernels.fwd, flashtile.kernels.bwd\n"
+            "from flashtile.kernels.common import gluon_kernels\n"
+            "assert not any(m.endswith('_hopper') for m in sys.modules), 'imported eagerly'\n"
+            "assert gluon_kernels('fwd_hopper') is None\n"
+            "import os; os.environ['FLASHTILE_GLUON_BWD'] = '1'\n"
+            "assert gluon_kernels('bwd_hopper').__name__ == 'flashtile.kernels.bwd_hopper'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHTILE_GLUON")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
 def test_cpu_tensors_never_take_it(monkeypatch):

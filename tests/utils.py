@@ -44,8 +44,6 @@ def shape_id(b, sq, sk, hq, hkv, d, dv=None) -> str:
     return s if dv == d else s + f"-Dv{dv}"
 
 
-__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_within_budget", "flashtile",
-           "max_err", "shape_id"]
 
 
 def count_calls(monkeypatch, module, name: str) -> list:
@@ -59,3 +57,7 @@ def count_calls(monkeypatch, module, name: str) -> list:
         return real(*args, **kwargs)
     monkeypatch.setattr(module, name, spy)
     return calls
+
+
+__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_within_budget", "count_calls",
+           "flashtile", "max_err", "shape_id"]

@@ -36,11 +36,11 @@ import triton.language as tl
 
 from ..reference.dense import sum_to_shape
 
-from . import bwd_hopper, plans
+from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
-                     query_tile, row_ranges, score_args, seq_bounds, seq_bucket, sparse_args,
+                     dropout_keep, gluon_kernels, interpreting, load_tile, mod_args,
+                     padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds, seq_bucket, sparse_args,
                      strides, tile_ranges, tile_start, next_tile_start, varlen_args,
                      varlen_sequence, window_args)
 
@@ -531,8 +531,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     atomic = dq_mode(params.deterministic) == "atomic"
     # sm_90 dense hot path: dK/dV from the Gluon kernel (opt-in), dQ from the tile-level one
-    gluon = (not varlen and not atomic and not need_bias_grad
-             and bwd_hopper.supports(dout, q, k, v, params))
+    hopper = None if varlen or atomic or need_bias_grad else gluon_kernels("bwd_hopper")
+    gluon = hopper is not None and hopper.supports(dout, q, k, v, params)
     # (one-pass dQ zeroes and copies its accumulator with torch ops; the Gluon kernel's
     # descriptors are made per call: neither is planned)
     key = None if need_bias_grad or atomic or gluon else plans.call_key(q, k, v, params)
@@ -603,7 +603,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
     if gluon:
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+        hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
     else:
         plans.launch(record, _dkdv_launch, dkdv_grid, (
             q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,

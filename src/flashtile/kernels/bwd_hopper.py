@@ -40,9 +40,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from . import fwd_hopper
+from .common import gluon_switch_on
 
 LOG2E = 1.4426950408889634
 
@@ -237,7 +237,7 @@ def config(d: int) -> tuple[int, int, int, int]:
 
 def enabled() -> bool:
     """Opt-in (``FLASHTILE_GLUON_BWD=1``) until it is measured on a GPU."""
-    return os.environ.get("FLASHTILE_GLUON_BWD", "0") not in ("", "0")
+    return gluon_switch_on("bwd_hopper")
 
 
 def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -259,18 +259,11 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = config(d)
-    gdt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
-
-    def desc(t, rows, layout):
-        t2 = fwd_hopper.folded(t)
-        return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, d], layout)
-
+    desc = fwd_hopper.descriptor
     n_ntiles = sk // (2 * block_n)
     _dkdv_hopper_kernel[(n_ntiles * b * hkv,)](
-        desc(q, block_m, q_layout), desc(k, block_n, kv_layout), desc(v, block_n, kv_layout),
-        desc(dout, block_m, q_layout), desc(dk, block_n, kv_layout), desc(dv, block_n, kv_layout),
+        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(dout, block_m),
+        desc(dk, block_n), desc(dv, block_n),
         lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
         hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale,
         BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,

@@ -56,6 +56,25 @@ def padded_headdim(d: int) -> int:
     return max(16, next_pow2(d))
 
 
+# The opt-in Gluon kernels (modules of this package) and their switches.
+GLUON_SWITCHES = {"fwd_hopper": "FLASHTILE_GLUON_FWD", "bwd_hopper": "FLASHTILE_GLUON_BWD"}
+
+
+def gluon_switch_on(module: str) -> bool:
+    """Whether the opt-in Gluon kernel ``module`` is switched on (its variable set, not 0)."""
+    return os.environ.get(GLUON_SWITCHES[module], "0") not in ("", "0")
+
+
+def gluon_kernels(module: str):
+    """The Gluon kernel module ``module`` when it is switched on, else None. Imported on first
+    use: ``triton.experimental.gluon`` and the kernels add ~35 ms to ``import flashtile``,
+    which every user would otherwise pay for kernels that are off by default."""
+    if not gluon_switch_on(module):
+        return None
+    import importlib
+    return importlib.import_module(f".{module}", __package__)
+
+
 def alloc(shape, dtype, device) -> torch.Tensor:
     """An output buffer; NaN-filled when ``FLASHTILE_POISON=1`` (the tests) so that any element a
     kernel forgets to write shows up as NaN instead of passing on leftover memory."""

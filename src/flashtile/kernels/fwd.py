@@ -18,11 +18,11 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fwd_hopper, plans
+from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, env_block, interpreting, load_tile, mod_args, padded_headdim,
-                     prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
+                     dropout_keep, env_block, gluon_kernels, interpreting, load_tile, mod_args,
+                     padded_headdim, prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
                      softmax_step, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
                      varlen_args, window_args)
 
@@ -287,10 +287,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     else:
         batch, seqlen_q = q.shape[0], q.shape[1]
         seqlen_k = k.shape[1]
-    if fwd_hopper.supports(q, k, v, params):       # sm_90 dense hot path (Gluon, opt-in)
+    hopper = gluon_kernels("fwd_hopper")         # sm_90 dense hot path (Gluon, opt-in)
+    if hopper is not None and hopper.supports(q, k, v, params):
         out = alloc(out_shape, q.dtype, q.device)
         lse = alloc((batch, q.shape[2], seqlen_q), torch.float32, q.device)
-        fwd_hopper.forward(q, k, v, params, out, lse)
+        hopper.forward(q, k, v, params, out, lse)
         return out, lse
     key = plans.call_key(q, k, v, params)        # (q, k, v as the kernel sees them)
     record = None

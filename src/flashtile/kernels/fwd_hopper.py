@@ -44,6 +44,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
+from .common import gluon_switch_on
+
 LOG2E = 1.4426950408889634
 
 # (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers)
@@ -79,6 +81,26 @@ def _program_tile(n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr):
         if HEAVY_LAST:
             tile = n_tiles - 1 - tile
     return tile, bh
+
+
+@gluon.jit
+def _query_block(n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr,
+                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's ROWS query rows of one (batch, head): (first row m0, batch, head, Q/O
+    row and column in the folded views, K/V row and column, K/V tiles to visit, tiles before
+    the causal mask starts)."""
+    tile, bh = _program_tile(n_mtiles, CAUSAL, True)
+    off_b = bh // nheads
+    off_h = bh % nheads
+    m0 = tile * ROWS
+    if CAUSAL:   # keys 0 .. m0 + ROWS - 1; tiles reaching past row m0 need the mask
+        n_tiles = gl.cdiv(m0 + ROWS, BLOCK_N)
+        n_unmasked = m0 // BLOCK_N
+    else:
+        n_tiles = seqlen_k // BLOCK_N
+        n_unmasked = n_tiles
+    return (m0, off_b, off_h, off_b * seqlen_q + m0, off_h * HEAD_D, off_b * seqlen_k,
+            (off_h // group) * HEAD_D, n_tiles, n_unmasked)
 
 
 @gluon.jit
@@ -242,20 +264,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr):
     # One CTA: 2 * BLOCK_M query rows of one (batch, head).
-    tile, bh = _program_tile(n_mtiles, CAUSAL, True)
-    off_b = bh // nheads
-    off_h = bh % nheads
-    m0 = tile * (2 * BLOCK_M)
-    q_row0 = off_b * seqlen_q + m0
-    kv_row0 = off_b * seqlen_k
-    q_col = off_h * HEAD_D
-    kv_col = (off_h // group) * HEAD_D
-    if CAUSAL:   # keys 0 .. m0 + 2*BLOCK_M - 1; tiles reaching past row m0 need the mask
-        n_tiles = gl.cdiv(m0 + 2 * BLOCK_M, BLOCK_N)
-        n_unmasked = m0 // BLOCK_N
-    else:
-        n_tiles = seqlen_k // BLOCK_N
-        n_unmasked = n_tiles
+    m0, off_b, off_h, q_row0, q_col, kv_row0, kv_col, n_tiles, n_unmasked = _query_block(
+        n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
     lse_base = off_b * stride_lse_b + off_h * stride_lse_h
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
@@ -318,20 +328,8 @@ def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, str
     p_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[2]
     dtype: gl.constexpr = q_desc.dtype
 
-    tile, bh = _program_tile(n_mtiles, CAUSAL, True)
-    off_b = bh // nheads
-    off_h = bh % nheads
-    m0 = tile * ROWS
-    q_row0 = off_b * seqlen_q + m0
-    kv_row0 = off_b * seqlen_k
-    q_col = off_h * HEAD_D
-    kv_col = (off_h // group) * HEAD_D
-    if CAUSAL:
-        n_tiles = gl.cdiv(m0 + ROWS, BLOCK_N)
-        n_unmasked = m0 // BLOCK_N
-    else:
-        n_tiles = seqlen_k // BLOCK_N
-        n_unmasked = n_tiles
+    m0, off_b, off_h, q_row0, q_col, kv_row0, kv_col, n_tiles, n_unmasked = _query_block(
+        n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N, HEAD_D, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
@@ -400,10 +398,19 @@ def folded(t: torch.Tensor) -> torch.Tensor | None:
     return t.as_strided((b * s, h * d), (h * d, 1))
 
 
+def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A TMA descriptor of ``t`` ``(b, s, h, d)`` read as :func:`folded` ``(b*s, h*d)`` in
+    ``(rows, d)`` tiles (the caller has checked that it folds)."""
+    t2, d = folded(t), t.shape[3]
+    gdt = gl.float16 if t.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, d],
+                            gl.NVMMASharedLayout.get_default_for([rows, d], gdt))
+
+
 def enabled() -> bool:
     """Opt-in (``FLASHTILE_GLUON_FWD=1``): measured at parity with the autotuned tile-level
     forward, not ahead of it (docs/perf.md, session 9), so the default stays with that one."""
-    return os.environ.get("FLASHTILE_GLUON_FWD", "0") not in ("", "0")
+    return gluon_switch_on("fwd_hopper")
 
 
 def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
@@ -443,27 +450,15 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d)
-    gdt = gl.float16 if q.dtype == torch.float16 else gl.bfloat16
-    q_layout = gl.NVMMASharedLayout.get_default_for([block_m, d], gdt)
-    kv_layout = gl.NVMMASharedLayout.get_default_for([block_n, d], gdt)
-    q2, k2, v2, o2 = (folded(t) for t in (q, k, v, out))
-    q_desc = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [block_m, d], q_layout)
-    o_desc = TensorDescriptor(o2, list(o2.shape), list(o2.stride()), [block_m, d], q_layout)
-    k_desc = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [block_n, d], kv_layout)
-    v_desc = TensorDescriptor(v2, list(v2.shape), list(v2.stride()), [block_n, d], kv_layout)
     n_mtiles = sq // (2 * block_m)
-    grid = (n_mtiles * b * hq,)
-    args = (k_desc, v_desc, lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
-            params.softmax_scale * LOG2E)
-    if schedule() == "pipelined":               # Q and O tiles: both warpgroups' rows at once
-        q_desc, o_desc = (TensorDescriptor(t, list(t.shape), list(t.stride()), [2 * block_m, d],
-                                           gl.NVMMASharedLayout.get_default_for(
-                                               [2 * block_m, d], gdt)) for t in (q2, o2))
-        _fwd_pipelined_kernel[grid](
-            q_desc, args[0], args[1], o_desc, *args[2:], BLOCK_M=block_m, BLOCK_N=block_n,
-            HEAD_D=d, NUM_STAGES=stages, CAUSAL=bool(params.causal), num_warps=8)
-        return
-    _fwd_hopper_kernel[grid](
-        q_desc, args[0], args[1], o_desc, *args[2:], BLOCK_M=block_m, BLOCK_N=block_n,
-        HEAD_D=d, NUM_STAGES=stages, CAUSAL=bool(params.causal), CONSUMER_REGS=regs,
-        num_warps=4)
+    pipelined = schedule() == "pipelined"
+    q_rows = 2 * block_m if pipelined else block_m    # (pipelined: both warpgroups' rows)
+    args = (descriptor(q, q_rows), descriptor(k, block_n), descriptor(v, block_n),
+            descriptor(out, q_rows), lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk,
+            n_mtiles, params.softmax_scale * LOG2E)
+    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+                CAUSAL=bool(params.causal))
+    if pipelined:
+        _fwd_pipelined_kernel[(n_mtiles * b * hq,)](*args, **meta, num_warps=8)
+    else:
+        _fwd_hopper_kernel[(n_mtiles * b * hq,)](*args, **meta, CONSUMER_REGS=regs, num_warps=4)
