@@ -85,8 +85,8 @@ PY
             --gpu --what $what --calls 200 2>&1 | tail -2 | tr '\n' ' ')"
         done
       done 2>&1 | tee "$OUT/plans.log" ;;
-    outlier) # session 8's d=128 non-causal fwd+bwd at 1k (241 TFLOP/s, below 512 and 2k): the
-      # bench JSON now records each point's kernel configs
+    outlier) # session 8's d=128 non-causal fwd+bwd at 1k (241 TFLOP/s there; not reproduced in
+      # session 9: 312.6), with each point's kernel configs in the bench JSON
       python3 -m flashtile bench --seqlens 512,1k,2k --headdims 128 --causal no --mode fwdbwd \
         --providers flashtile,cudnn --no-plot --out "$OUT/bench-outlier" 2>&1 \
         | tee "$OUT/bench-outlier.log" | tail -12 ;;
