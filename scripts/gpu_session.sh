@@ -2,7 +2,7 @@
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
-#          bwdsweep plans outlier gluon
+#          bwdsweep plans outlier gluon gluonfwd gluonbwd
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -90,26 +90,27 @@ PY
       python3 -m flashtile bench --seqlens 512,1k,2k --headdims 128 --causal no --mode fwdbwd \
         --providers flashtile,cudnn --no-plot --out "$OUT/bench-outlier" 2>&1 \
         | tee "$OUT/bench-outlier.log" | tail -12 ;;
-    gluon) # the Gluon kernels (kernels/fwd_hopper.py, bwd_hopper.py): their GPU tests first, under
-      # a short limit (a kernel that hangs must not eat the call), then the same-run comparisons:
-      # forward tile-level / ws / pipelined, forward+backward tile-level / Gluon dK/dV / both
+    gluon) # the Gluon kernels' GPU tests (kernels/fwd_hopper.py, bwd_hopper.py), under a short
+      # limit (a kernel that hangs must not eat the call)
       FLASHTILE_AUTOTUNE=0 timeout ${GLUON_TEST_TIMEOUT:-240} python3 -m pytest -q -x -n 6 \
         -p no:cacheprovider tests/test_fwd_hopper.py tests/test_bwd_hopper.py 2>&1 \
-        | tee "$OUT/gluon-tests.log" | tail -5
+        | tee "$OUT/gluon-tests.log" | tail -5 ;;
+    gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / ws / pipelined,
+      # forward+backward tile-level / Gluon dK/dV / both
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal both"
-      for v in "tile:" "ws:FLASHTILE_GLUON_FWD=1" \
-               "pipelined:FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_SCHEDULE=pipelined"; do
-        echo "--- fwd ${v%%:*}"
-        env ${v#*:} timeout 150 $B --mode fwd --out "$OUT/gluon-fwd-${v%%:*}" 2>&1 \
-          | grep -E "^│ +[0-9]|geomean|WRONG"
-      done 2>&1 | tee "$OUT/gluon-fwd.log"
-      for v in "tile:" "bwd:FLASHTILE_GLUON_BWD=1" \
-               "both:FLASHTILE_GLUON_BWD=1 FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_SCHEDULE=pipelined"; do
-        echo "--- fwd+bwd ${v%%:*}"
-        env ${v#*:} timeout 200 $B --mode fwdbwd --out "$OUT/gluon-fwdbwd-${v%%:*}" 2>&1 \
-          | grep -E "^│ +[0-9]|geomean|WRONG"
-      done 2>&1 | tee "$OUT/gluon-fwdbwd.log" ;;
+      if [ $step = gluonfwd ]; then mode=fwd
+        variants=("tile:" "ws:FLASHTILE_GLUON_FWD=1"
+                  "pipelined:FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_SCHEDULE=pipelined")
+      else mode=fwdbwd
+        variants=("tile:" "bwd:FLASHTILE_GLUON_BWD=1"
+                  "both:FLASHTILE_GLUON_BWD=1 FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_SCHEDULE=pipelined")
+      fi
+      for v in "${variants[@]}"; do
+        echo "--- $mode ${v%%:*}"
+        env ${v#*:} timeout ${GLUON_BENCH_TIMEOUT:-170} $B --mode $mode \
+          --out "$OUT/gluon-$mode-${v%%:*}" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
+      done 2>&1 | tee "$OUT/gluon-$mode.log" ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
     core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2
