@@ -95,16 +95,14 @@ PY
       FLASHTILE_AUTOTUNE=0 timeout ${GLUON_TEST_TIMEOUT:-240} python3 -m pytest -q -x -n 6 \
         -p no:cacheprovider tests/test_fwd_hopper.py tests/test_bwd_hopper.py 2>&1 \
         | tee "$OUT/gluon-tests.log" | tail -5 ;;
-    gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / ws / pipelined,
-      # forward+backward tile-level / Gluon dK/dV / both
+    gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / Gluon,
+      # forward+backward with the tile-level dK/dV / the Gluon one (default) / both Gluon
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal both"
       if [ $step = gluonfwd ]; then mode=fwd
-        variants=("tile:" "ws:FLASHTILE_GLUON_FWD=1"
-                  "pipelined:FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_SCHEDULE=pipelined")
+        variants=("tile:" "gluon:FLASHTILE_GLUON_FWD=1")
       else mode=fwdbwd
-        variants=("tile:" "bwd:FLASHTILE_GLUON_BWD=1"
-                  "both:FLASHTILE_GLUON_BWD=1 FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_SCHEDULE=pipelined")
+        variants=("tile:FLASHTILE_GLUON_BWD=0" "gluon:" "both:FLASHTILE_GLUON_FWD=1")
       fi
       for v in "${variants[@]}"; do
         echo "--- $mode ${v%%:*}"

@@ -133,8 +133,6 @@ def inspect_gluon(args, dtype) -> int:
     sink = []
     fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
                                                  sink)
-    fwd_hopper._fwd_pipelined_kernel = GluonCapture("gluon fwd (pipelined)",
-                                                    fwd_hopper._fwd_pipelined_kernel, sink)
     bwd_hopper._dkdv_hopper_kernel = GluonCapture("gluon dkdv", bwd_hopper._dkdv_hopper_kernel,
                                                   sink)
     heads = args.heads or 2048 // args.d
@@ -142,9 +140,7 @@ def inspect_gluon(args, dtype) -> int:
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
                                                   None, False)
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
-    for name in ("ws", "pipelined"):
-        os.environ["FLASHTILE_GLUON_FWD_SCHEDULE"] = name
-        fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
     bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
     clean = True
     for name, kernel in sink:

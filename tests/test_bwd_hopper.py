@@ -21,7 +21,8 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
-    """Turns the (opt-in) Gluon dK/dV kernel on and counts its launches (the real one runs)."""
+    """Turns the Gluon dK/dV kernel on (as by default) and counts its launches (the real one
+    runs)."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
     calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
     flashtile.set_backend("triton")
@@ -29,11 +30,11 @@ def gluon_calls(monkeypatch):
     flashtile.set_backend(None)
 
 
-def test_off_by_default(monkeypatch):
+def test_on_by_default(monkeypatch):
     monkeypatch.delenv("FLASHTILE_GLUON_BWD", raising=False)
-    assert not bwd_hopper.enabled()
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
     assert bwd_hopper.enabled()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "0")
+    assert not bwd_hopper.enabled()
 
 
 def test_cpu_tensors_never_take_it(monkeypatch):
@@ -57,6 +58,17 @@ def test_gluon_dkdv(gluon_calls, shape, causal, dtype):
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon dK/dV kernel"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128])
+def test_switched_off_runs_the_tile_level_kernel(gluon_calls, monkeypatch, d):
+    """``FLASHTILE_GLUON_BWD=0``: the same dense calls go to the tile-level dK/dV kernel."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "0")
+    for causal in (False, True):
+        check(1, 1024, 1024, 8, 2, d, d, torch.bfloat16, causal=causal)
+    assert gluon_calls == []
 
 
 @pytest.mark.gpu

@@ -530,8 +530,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     atomic = dq_mode(params.deterministic) == "atomic"
-    # sm_90 dense hot path: dK/dV from the Gluon kernel (opt-in), dQ from the tile-level one
-    hopper = None if varlen or atomic or need_bias_grad else gluon_kernels("bwd_hopper")
+    # sm_90 dense hot path: dK/dV from the Gluon kernel, dQ from the tile-level one
+    hopper = (None if varlen or atomic or need_bias_grad
+              else gluon_kernels("bwd_hopper", q.device))
     gluon = hopper is not None and hopper.supports(dout, q, k, v, params)
     # (one-pass dQ zeroes and copies its accumulator with torch ops; the Gluon kernel's
     # descriptors are made per call: neither is planned)

@@ -56,19 +56,32 @@ def padded_headdim(d: int) -> int:
     return max(16, next_pow2(d))
 
 
-# The opt-in Gluon kernels (modules of this package) and their switches.
-GLUON_SWITCHES = {"fwd_hopper": "FLASHTILE_GLUON_FWD", "bwd_hopper": "FLASHTILE_GLUON_BWD"}
+# The Gluon kernels for sm_90 (modules of this package): their switch and its default. The
+# dK/dV kernel is on by default (faster than the tile-level one, docs/perf.md session 10);
+# the forward is opt-in (at parity, session 9).
+GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "0"),
+                  "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1")}
 
 
 def gluon_switch_on(module: str) -> bool:
-    """Whether the opt-in Gluon kernel ``module`` is switched on (its variable set, not 0)."""
-    return os.environ.get(GLUON_SWITCHES[module], "0") not in ("", "0")
+    """Whether the Gluon kernel ``module`` is switched on (its variable, else its default, is
+    not 0)."""
+    name, default = GLUON_SWITCHES[module]
+    return os.environ.get(name, default) not in ("", "0")
 
 
-def gluon_kernels(module: str):
-    """The Gluon kernel module ``module`` when it is switched on, else None. Imported on first
-    use: ``triton.experimental.gluon`` and the kernels add ~35 ms to ``import flashtile``,
-    which every user would otherwise pay for kernels that are off by default."""
+@functools.lru_cache(maxsize=None)
+def _is_sm90(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] == 9
+
+
+def gluon_kernels(module: str, device: torch.device):
+    """The Gluon kernel module ``module`` when ``device`` is an sm_90 GPU and the module is
+    switched on, else None. Imported on first use: ``triton.experimental.gluon`` and the
+    kernels add ~35 ms to ``import flashtile``, which no CPU or non-Hopper user should pay."""
+    if device.type != "cuda" or not _is_sm90(device.index if device.index is not None
+                                             else torch.cuda.current_device()):
+        return None
     if not gluon_switch_on(module):
         return None
     import importlib

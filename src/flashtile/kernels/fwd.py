@@ -287,7 +287,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     else:
         batch, seqlen_q = q.shape[0], q.shape[1]
         seqlen_k = k.shape[1]
-    hopper = gluon_kernels("fwd_hopper")         # sm_90 dense hot path (Gluon, opt-in)
+    hopper = gluon_kernels("fwd_hopper", q.device)  # sm_90 dense (Gluon, opt-in)
     if hopper is not None and hopper.supports(q, k, v, params):
         out = alloc(out_shape, q.dtype, q.device)
         lse = alloc((batch, q.shape[2], seqlen_q), torch.float32, q.device)

@@ -14,16 +14,17 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
 Status (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
-2-30% slower and was dropped. So it is opt-in: ``FLASHTILE_GLUON_FWD=1``.
+2-30% slower and was dropped. Session 10 measured it below the tile-level forward (geomean
+0.75x against 0.81x cuDNN over d 64/128 x 1k/4k/16k x causal, worst at causal 1k). So it is
+opt-in: ``FLASHTILE_GLUON_FWD=1``.
 
 Found afterwards, offline (``scripts/inspect_kernels.py --gluon``): ptxas serialises every
 wgmma of this warp-specialised kernel (C7512, "insufficient register resources"; each HGMMA
 is followed by a wait). The loader makes the CTA 12 warps, so the kernel is compiled for 168
 registers per thread, and the consumers' ``setmaxnreg`` does not change that verdict. The
-measured parity was thus reached without any of the intended overlap. The ``pipelined``
-schedule (``FLASHTILE_GLUON_FWD_SCHEDULE=pipelined``: one 8-warp partition that issues its
-own loads, :func:`_fwd_pipelined_kernel`) compiles with its wgmmas asynchronous and no spills;
-it has not run on a GPU yet.
+measured parity was thus reached without any of the intended overlap. A ``pipelined``
+schedule (one 8-warp partition issuing its own loads, so 255 registers and asynchronous
+wgmma) measured 6-20% slower than this one in session 10 and was removed (docs/perf.md).
 
 It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
@@ -295,97 +296,11 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-@gluon.jit
-def _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col, j, pred,
-              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """TMA loads of K/V tile j into its ring slot (skipped when ``pred`` is false)."""
-    slot = j % NUM_STAGES
-    row = kv_row0 + j * BLOCK_N
-    mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
-                                    k_smem.index(slot), pred=pred)
-    mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
-                                    v_smem.index(slot), pred=pred)
-
-
-@gluon.jit
-def _fwd_pipelined_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride_lse_h,
-                          nheads, group, seqlen_q, seqlen_k, n_mtiles, qk_scale,
-                          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """The ``pipelined`` schedule: one 8-warp partition (two warpgroups, 2 * BLOCK_M rows)
-    issues its own K/V loads NUM_STAGES - 1 tiles ahead; no loader warp.
-
-    Why: with a loader the CTA has 12 warps, so the kernel is compiled for 168 registers per
-    thread, and ptxas then serialises every wgmma of the warp-specialised kernel (C7512,
-    "insufficient register resources", whatever the consumers' setmaxnreg); with 8 warps it
-    has 255, and the same consumer loop keeps its wgmmas asynchronous.
-    """
-    ROWS: gl.constexpr = 2 * BLOCK_M
-    s_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[0]
-    o_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[1]
-    p_layout: gl.constexpr = mma_layouts(8, BLOCK_N, HEAD_D)[2]
-    dtype: gl.constexpr = q_desc.dtype
-
-    m0, off_b, off_h, q_row0, q_col, kv_row0, kv_col, n_tiles, n_unmasked = _query_block(
-        n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N, HEAD_D, CAUSAL)
-
-    q_smem = gl.allocate_shared_memory(dtype, [ROWS, HEAD_D], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
-    for i in gl.static_range(NUM_STAGES):
-        _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col, i,
-                  i < n_tiles, BLOCK_N, NUM_STAGES)
-    mbarrier.wait(q_bar, 0)
-
-    m_i, l_i, rows, s_zero, s_tok, acc = _start(q_smem, k_smem, k_ready, m0, ROWS, BLOCK_N,
-                                                HEAD_D, s_layout, o_layout)
-    for j in range(n_tiles - 1):        # (the step of _consume; the last tile peeled below)
-        s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
-                                       BLOCK_N, CAUSAL, o_layout)
-        if j > 0:
-            # Both warpgroups are past tile j-1 (each waited for its own P V): refill its
-            # slot with the tile NUM_STAGES ahead.
-            gl.thread_barrier()
-            _issue_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, kv_row0, kv_col,
-                      j - 1 + NUM_STAGES, j - 1 + NUM_STAGES < n_tiles, BLOCK_N, NUM_STAGES)
-        s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem,
-                                       k_ready, v_ready, s_zero, NUM_STAGES, dtype, p_layout)
-        m_i = m_new
-    acc, m_i, l_i = _last_tile(s_tok, acc, m_i, l_i, rows, n_tiles - 1, n_unmasked, qk_scale,
-                               v_smem, v_ready, BLOCK_N, NUM_STAGES, CAUSAL, dtype, o_layout,
-                               p_layout)
-    gl.thread_barrier()                         # both warpgroups are done reading Q
-    _write_out(acc, m_i, l_i, LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows, q_smem,
-               o_desc, q_row0, q_col, dtype, o_layout)
-
-
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
     text = os.environ.get("FLASHTILE_GLUON_FWD_CONFIG")
     return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
-
-
-def schedule() -> str:
-    """``ws`` (default, measured: a loader warp and two consumer warpgroups) or ``pipelined``
-    (one 8-warp partition that issues its own loads; not yet measured):
-    ``FLASHTILE_GLUON_FWD_SCHEDULE``."""
-    name = os.environ.get("FLASHTILE_GLUON_FWD_SCHEDULE", "ws")
-    if name not in ("ws", "pipelined"):
-        raise ValueError(f"FLASHTILE_GLUON_FWD_SCHEDULE must be ws or pipelined, got {name!r}")
-    return name
 
 
 def folded(t: torch.Tensor) -> torch.Tensor | None:
@@ -409,7 +324,7 @@ def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 
 def enabled() -> bool:
     """Opt-in (``FLASHTILE_GLUON_FWD=1``): measured at parity with the autotuned tile-level
-    forward, not ahead of it (docs/perf.md, session 9), so the default stays with that one."""
+    forward or below it (docs/perf.md, sessions 9-10), so the default stays with that one."""
     return gluon_switch_on("fwd_hopper")
 
 
@@ -451,14 +366,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d)
     n_mtiles = sq // (2 * block_m)
-    pipelined = schedule() == "pipelined"
-    q_rows = 2 * block_m if pipelined else block_m    # (pipelined: both warpgroups' rows)
-    args = (descriptor(q, q_rows), descriptor(k, block_n), descriptor(v, block_n),
-            descriptor(out, q_rows), lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk,
+    args = (descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n),
+            descriptor(out, block_m), lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk,
             n_mtiles, params.softmax_scale * LOG2E)
-    meta = dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-                CAUSAL=bool(params.causal))
-    if pipelined:
-        _fwd_pipelined_kernel[(n_mtiles * b * hq,)](*args, **meta, num_warps=8)
-    else:
-        _fwd_hopper_kernel[(n_mtiles * b * hq,)](*args, **meta, CONSUMER_REGS=regs, num_warps=4)
+    _fwd_hopper_kernel[(n_mtiles * b * hq,)](
+        *args, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)
