@@ -2,7 +2,7 @@
 # One call on the GPU machine: environment, GPU tests, benchmarks. Logs/JSON land in $OUT.
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
-#          bwdsweep plans outlier gluon gluonfwd gluonbwd
+#          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -109,6 +109,17 @@ PY
         env ${v#*:} timeout ${GLUON_BENCH_TIMEOUT:-170} $B --mode $mode \
           --out "$OUT/gluon-$mode-${v%%:*}" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
       done 2>&1 | tee "$OUT/gluon-$mode.log" ;;
+    gluonsweep) # the Gluon dK/dV kernel's configs (keys per consumer, queries per tile, ring
+      # slots, registers), backward only, vs cuDNN in the same runs; each config compiles clean
+      # offline (scripts/inspect_kernels.py --gluon)
+      for v in ${SWEEP_CONFIGS:-64:64,64,4,240 64:64,64,2,240 64:64,32,4,240 64:64,64,6,240
+                128:64,32,4,240 128:64,32,2,240 128:64,32,6,240}; do
+        echo "--- d=${v%%:*} config ${v#*:}"
+        FLASHTILE_GLUON_BWD_CONFIG=${v#*:} timeout 120 python3 -m flashtile bench \
+          --providers flashtile,cudnn --no-plot --headdims ${v%%:*} --mode bwd \
+          --seqlens ${SWEEP_SEQLENS:-4k,16k} --causal both \
+          --out "$OUT/gluon-sweep-d${v%%:*}-${v#*:}" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
+      done 2>&1 | tee "$OUT/gluon-sweep.log" ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
     core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2
