@@ -12,7 +12,7 @@ from utils import assert_within_budget, count_calls
 import flashtile
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd_hopper
+from flashtile.kernels import bwd, bwd_hopper
 
 GPU = torch.cuda.is_available()
 HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
@@ -73,6 +73,27 @@ def test_switched_off_runs_the_tile_level_kernel(gluon_calls, monkeypatch, d):
 
 @pytest.mark.gpu
 @needs_hopper
+def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
+    """A backward replayed from its launch plan (preprocess and dQ) launches the Gluon dK/dV
+    kernel afresh, with this call's pointers: the same gradients every time (the replay's
+    buffers are NaN-poisoned, so a missed dK/dV would show)."""
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    q, k, v = (torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
+                           requires_grad=True) for _ in range(3))
+    before = len(bwd._PLANS)
+    runs = []
+    for _ in range(3):
+        dout = torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
+                           generator=torch.Generator("cuda").manual_seed(0))
+        runs.append(torch.autograd.grad(flash_attn_func(q, k, v, causal=True), (q, k, v), dout))
+    assert len(bwd._PLANS) == before + 1 and len(gluon_calls) == 3
+    for grads in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), grads, runs[0]):
+            assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_with_the_gluon_forward_and_a_scale(gluon_calls, monkeypatch):
     monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
     check(2, 512, 512, 4, 2, 128, 128, torch.bfloat16, causal=True, scale=0.3)
@@ -115,3 +136,22 @@ def test_strided_dout_falls_back(gluon_calls):
         floor = 8e-3 * (4 if name != "dv" else 1)
         assert_within_budget(name + " (strided dout)", a, r, s_, floor)
         assert_within_budget(name + " (contiguous dout)", b, r, s_, floor)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_bench_rows_name_the_gluon_kernel():
+    """The bench's flashtile rows say that dK/dV ran in the Gluon kernel (with its config)."""
+    from flashtile.bench import providers
+    from flashtile.bench.cases import BenchCase
+    provider = providers.FlashtileProvider()
+    case = BenchCase(batch=1, seqlen=512, nheads=4, nheads_kv=4, headdim=128, causal=False,
+                     dtype="bf16", mode="fwdbwd")
+    device = torch.device("cuda")
+    q, k, v = (torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device=device,
+                           requires_grad=True) for _ in range(3))
+    provider.build(case, device)(q, k, v).sum().backward()
+    configs = provider.launched_configs(case, device)
+    assert configs["dkdv"] == "gluon {}x{}/{}s".format(2 * bwd_hopper.config(128)[0],
+                                                       *bwd_hopper.config(128)[1:3]), configs
+    assert not configs["fwd"].startswith("gluon") and not configs["dq"].startswith("gluon")

@@ -534,17 +534,21 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     hopper = (None if varlen or atomic or need_bias_grad
               else gluon_kernels("bwd_hopper", q.device))
     gluon = hopper is not None and hopper.supports(dout, q, k, v, params)
-    # (one-pass dQ zeroes and copies its accumulator with torch ops; the Gluon kernel's
-    # descriptors are made per call: neither is planned)
-    key = None if need_bias_grad or atomic or gluon else plans.call_key(q, k, v, params)
+    # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned. The Gluon
+    # kernel's TMA descriptors hold the call's pointers, so it is launched afresh after the
+    # replay of the other launches: unplanned, that backward cost 1,406 us of host time on the
+    # H200's host against 728 planned, docs/perf.md session 10.)
+    key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
-        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse))
+        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), gluon)
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
-            grads = plan.replay(inputs, q.device)
-            return tuple(g[0].detach() for g in grads) if varlen else grads
+            dq4, dk4, dv4, dsum = plan.replay(inputs, q.device)
+            if gluon:
+                hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+            return tuple(g[0].detach() for g in (dq4, dk4, dv4)) if varlen else (dq4, dk4, dv4)
         record = plans.Recorder()
     else:
         record = None
@@ -624,7 +628,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
     if record is not None:
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
-                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
+                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv", "dsum"),
                                     plans.CALL_VALUES))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)

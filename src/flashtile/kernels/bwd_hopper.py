@@ -48,6 +48,7 @@ LOG2E = 1.4426950408889634
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
 _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
+last_config: str | None = None    # "gluon KEYSxQUERIES/SLOTSs" of the last launch (the bench)
 
 
 @gluon.jit
@@ -258,6 +259,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = config(d)
+    global last_config
+    last_config = f"gluon {2 * block_n}x{block_m}/{stages}s"
     desc = fwd_hopper.descriptor
     n_ntiles = sk // (2 * block_n)
     _dkdv_hopper_kernel[(n_ntiles * b * hkv,)](

@@ -53,6 +53,7 @@ LOG2E = 1.4426950408889634
 # (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%; d=64 at
 # 128 keys x 4 slots beat 64 keys by 9-10%)
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
+last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
 
 
 @constexpr_function
@@ -365,6 +366,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d)
+    global last_config
+    last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
     n_mtiles = sq // (2 * block_m)
     args = (descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n),
             descriptor(out, block_m), lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk,
