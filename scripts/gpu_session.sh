@@ -118,7 +118,7 @@ PY
         FLASHTILE_GLUON_BWD_CONFIG=${v#*:} timeout 120 python3 -m flashtile bench \
           --providers flashtile,cudnn --no-plot --headdims ${v%%:*} --mode bwd \
           --seqlens ${SWEEP_SEQLENS:-4k,16k} --causal both \
-          --out "$OUT/gluon-sweep-d${v%%:*}-${v#*:}" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
+          --out "$OUT/gluon-sweep-d${v%%:*}-$(echo ${v#*:} | tr , -)" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
       done 2>&1 | tee "$OUT/gluon-sweep.log" ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
