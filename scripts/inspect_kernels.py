@@ -12,10 +12,10 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
         --dq 128,64,8,3 [--deterministic] [--dump /tmp/k]
     python3 scripts/inspect_kernels.py --gluon --d 128 [--causal]
 
-``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``;
-configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``FLASHTILE_GLUON_BWD_CONFIG`` or their defaults)
-and exits 1 if ptxas spills or warns of a performance loss in either (its C75xx warnings:
-wgmma serialised), 0 otherwise.
+``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``,
+``kernels/dq_hopper.py``; configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``
+or their defaults) and exits 1 if ptxas spills or warns of a performance loss in any (its C75xx
+warnings: wgmma serialised), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -126,15 +126,16 @@ class GluonCapture:
 
 
 def inspect_gluon(args, dtype) -> int:
-    """The Gluon forward and dK/dV kernels at one head dim and mask; 1 if either spills or
+    """The Gluon forward, dK/dV and dQ kernels at one head dim and mask; 1 if any spills or
     ptxas warns that it serialised the wgmmas."""
     import flashtile
-    from flashtile.kernels import bwd_hopper, fwd_hopper
+    from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
     sink = []
     fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
                                                  sink)
     bwd_hopper._dkdv_hopper_kernel = GluonCapture("gluon dkdv", bwd_hopper._dkdv_hopper_kernel,
                                                   sink)
+    dq_hopper._dq_hopper_kernel = GluonCapture("gluon dq", dq_hopper._dq_hopper_kernel, sink)
     heads = args.heads or 2048 // args.d
     q, k, v, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(4))
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
@@ -142,9 +143,13 @@ def inspect_gluon(args, dtype) -> int:
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
     bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
+    dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
         summarize(name, kernel, args.dump)
+        sass = sass_of(kernel.asm["cubin"])      # (serialised: a wait after every HGMMA)
+        print(f"   wgmma waits: {sass.count('WARPGROUP.DEPBAR')} for "
+              f"{len(re.findall(r'HGMMA', sass))} HGMMA")
         report = ptxas_report(kernel.asm["ptx"])
         spilled = re.search(r"[1-9]\d* bytes spill", report) is not None
         clean &= not spilled and "Performance Loss" not in report
@@ -206,7 +211,7 @@ def main() -> int:
                    help="num_splits (> 1: the kernel writes partials for the combine kernel)")
     p.add_argument("--page", type=int, default=256)
     p.add_argument("--gluon", action="store_true",
-                   help="compile the Gluon forward and dK/dV kernels instead; exit 1 on spills "
+                   help="compile the Gluon forward, dK/dV and dQ kernels instead; exit 1 on spills "
                         "or serialised wgmma")
     p.add_argument("--dump", type=Path)
     args = p.parse_args()

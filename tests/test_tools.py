@@ -41,19 +41,21 @@ def test_inspect_kernels_compiles_for_hopper():
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal")])
 def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
-    """The Gluon kernels compiled for sm_90a: the dK/dV kernel (on by default) neither spills
-    nor gets its wgmmas serialised by ptxas (its C75xx warnings), the regression that cost the
-    opt-in warp-specialised forward its overlap (that one is reported, not asserted: a known
-    ptxas verdict at 12 warps, see kernels/fwd_hopper.py)."""
+    """The Gluon kernels compiled for sm_90a: the dK/dV kernel (on by default) and the dQ
+    kernel neither spill nor get their wgmmas serialised by ptxas (its C75xx warnings), the
+    regression that cost the opt-in warp-specialised forward its overlap (that one is reported,
+    not asserted: a known ptxas verdict at 12 warps, see kernels/fwd_hopper.py)."""
     out = _run("inspect_kernels.py", "--gluon", "--d", str(d), "--seqlen", "512",
                *([mask] if mask == "--causal" else []), ok=(0, 1))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
-    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv"}, out
-    for name in ("gluon dkdv",):
+    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dq"}, out
+    for name in ("gluon dkdv", "gluon dq"):
         line = lines[name]
         assert " 0 bytes spill stores" in line and "C75" not in line, line
-        sass = out.split(line, 1)[1].splitlines()[1]
+        sass, waits = out.split(line, 1)[1].splitlines()[1:4:2]
         assert "HGMMA 0," not in sass, sass
+        n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", waits))
+        assert n_waits * 4 <= n_hgmma, waits
 
 
 def test_host_overhead_times_the_host_path():

@@ -530,17 +530,20 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     atomic = dq_mode(params.deterministic) == "atomic"
-    # sm_90 dense hot path: dK/dV from the Gluon kernel, dQ from the tile-level one
-    hopper = (None if varlen or atomic or need_bias_grad
-              else gluon_kernels("bwd_hopper", q.device))
+    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, or from
+    # the opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1)
+    dense = not (varlen or atomic or need_bias_grad)
+    hopper = gluon_kernels("bwd_hopper", q.device) if dense else None
     gluon = hopper is not None and hopper.supports(dout, q, k, v, params)
+    hopper_dq = gluon_kernels("dq_hopper", q.device) if dense else None
+    gluon_dq = hopper_dq is not None and hopper_dq.supports(dout, q, k, v, params)
     # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned. The Gluon
-    # kernel's TMA descriptors hold the call's pointers, so it is launched afresh after the
+    # kernels' TMA descriptors hold the call's pointers, so they are launched afresh after the
     # replay of the other launches: unplanned, that backward cost 1,406 us of host time on the
     # H200's host against 728 planned, docs/perf.md session 10.)
     key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
-        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), gluon)
+        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), gluon, gluon_dq)
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
@@ -548,6 +551,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             dq4, dk4, dv4, dsum = plan.replay(inputs, q.device)
             if gluon:
                 hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+            if gluon_dq:
+                hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
             return tuple(g[0].detach() for g in (dq4, dk4, dv4)) if varlen else (dq4, dk4, dv4)
         record = plans.Recorder()
     else:
@@ -620,6 +625,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
+    elif gluon_dq:
+        hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
     else:
         plans.launch(record, _dq_launch, dq_grid, (
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,

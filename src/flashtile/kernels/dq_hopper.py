@@ -1,0 +1,247 @@
+"""Hopper dQ kernel written in Gluon: the backward's other half with the dK/dV kernel's structure.
+
+The tile-level dQ kernel (:mod:`.bwd`) leaves its schedule to Triton's compiler. This kernel
+states it, as :mod:`.bwd_hopper` does for dK/dV, with the roles of queries and keys swapped:
+
+- **three partitions per CTA**: a one-warp *loader* streams (K, V) tiles by TMA into a ring of
+  ``NUM_STAGES`` slots (the forward's loader, :func:`.fwd_hopper._load_kv`); two four-warp
+  *consumers* (one warpgroup each) own ``BLOCK_M`` query rows apiece, keep their Q and dO tiles
+  in shared memory, and read every (K, V) slot once between them;
+- **registers**: the loader runs on 24 registers per thread, the consumers on up to 240, which
+  hold dQ, S and dP without spilling;
+- **products** per K/V tile: ``S = Q K^T``, ``dP = dO V^T``,
+  ``P = exp2(S * scale*log2e - LSE*log2e)``, ``dS = P (dP - D)``, ``dQ += dS K``; dQ is scaled
+  by the softmax scale once at the end and written by TMA through Q's tile;
+- **dS through shared memory**: each consumer stores its fp16/bf16 dS tile to a shared-memory
+  tile that the dQ product reads. As a register A operand (the dK/dV kernel's way) ptxas
+  serialised every wgmma of this kernel (C7512 at 128 keys per tile; C7511 at 64 or 32 keys,
+  with dS in registers or in shared memory); with dS in shared memory and 128 keys per tile
+  it keeps them asynchronous (one wait per tile) at both head dims and masks;
+- **causal**: a CTA visits the key tiles up to its last query row, its heaviest (last) query
+  tiles first; a consumer masks keys past its rows in the tiles that reach them and only
+  releases the tiles past its own last row (the other consumer's diagonal) without reading them.
+
+Each consumer issues the next tile's S and dP right after this tile's dQ product and waits
+for all three once per tile: ptxas serialises every wgmma of a stage in which ordinary
+instructions touch an accumulator still in flight (see :mod:`.fwd_hopper`).
+
+The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
+multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ mode,
+no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
+``D = rowsum(dO * O)`` still comes from the preprocess kernel; a backward that runs this kernel
+keeps its launch plan, and the kernel is launched afresh after the replay (as the dK/dV one).
+
+Status: compiled offline for sm_90a (``scripts/inspect_kernels.py --gluon``: no spills, no
+serialised wgmma), not yet run on a GPU. Opt-in until it is measured: ``FLASHTILE_GLUON_DQ=1``.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+
+from . import fwd_hopper
+from .common import gluon_switch_on
+
+LOG2E = 1.4426950408889634
+
+# (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers).
+# Chosen offline by ptxas verdicts only (scripts/inspect_kernels.py --gluon; not yet measured):
+# 128 keys per tile is the only width at which ptxas keeps the wgmmas asynchronous (64 and 32
+# keys: C7511 at d = 64 and 128 over the 2-4 slots and 160-248 registers tried). Per consumer
+# the registers then hold dQ (32 | 64 per thread at d = 64 | 128), S and dP (64 each): no
+# spills. Shared memory: the Q, dO (2 x 2 x BLOCK_M x d) and dS (2 x 64 x 128) tiles plus the
+# (K, V) ring; at d = 128 two slots already take 224 KB of the 227 KB, so the loader runs one
+# tile ahead (three slots: 288 KB); at d = 64 four slots take 192 KB (two and three also
+# compile clean).
+_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
+last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
+
+
+@gluon.jit
+def _issue_dq(s, dp, dq, rows, j, n_unmasked, lse2, d_row, qk_scale, ds_smem, k_smem,
+              BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """dS_j = P_j (dP_j - D) into ``ds_smem``, then issue dQ += dS_j K_j. Tiles from
+    ``n_unmasked`` on reach past the first row and get the causal mask (key <= query)."""
+    p = gl.exp2(s * qk_scale - lse2[:, None])
+    if CAUSAL:
+        if j >= n_unmasked:
+            cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+            p = gl.where(cols[None, :] <= rows[:, None], p, 0.0)
+    ds_smem.store((p * (dp - d_row[:, None])).to(ds_smem.dtype))
+    fence_async_shared()
+    return warpgroup_mma(ds_smem, k_smem.index(j % NUM_STAGES), dq, is_async=True)
+
+
+@gluon.jit
+def _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, j,
+                   NUM_STAGES: gl.constexpr):
+    """Issue S_j = Q K_j^T and dP_j = dO V_j^T, each once its tile has landed."""
+    slot = j % NUM_STAGES
+    phase = (j // NUM_STAGES) & 1
+    mbarrier.wait(k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                      is_async=True)
+    mbarrier.wait(v_ready.index(slot), phase)
+    dp = warpgroup_mma(do_smem, v_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                       is_async=True)
+    return s, dp
+
+
+@gluon.jit
+def _dq_consume(q_desc, do_desc, dq_desc, q_smem, do_smem, ds_smem, q_bar, k_smem, v_smem,
+                k_ready, v_ready, empty, LSE, DSUM, lse_base, d_base, q_row0, q_col, first_row,
+                n_tiles, qk_scale, sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Consumer partition (one warpgroup): dQ of BLOCK_M query rows starting at sequence row
+    ``first_row``, over the loader's n_tiles (K, V) tiles (its own Q, dO and dS tiles in shared
+    memory); writes it by TMA."""
+    s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
+    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
+    tma.async_copy_global_to_shared(do_desc, [q_row0, q_col], q_bar, do_smem)
+    rows = first_row + gl.arange(0, BLOCK_M, layout=row_layout)
+    lse2 = gl.load(LSE + lse_base + rows) * 1.4426950408889634
+    d_row = gl.load(DSUM + d_base + rows)
+    if CAUSAL:   # keys up to this consumer's last row; tiles reaching past its first are masked
+        n_mine = gl.cdiv(first_row + BLOCK_M, BLOCK_N)
+        n_unmasked = first_row // BLOCK_N
+    else:
+        n_mine = n_tiles
+        n_unmasked = n_tiles
+    mbarrier.wait(q_bar, 0)
+
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    s, dp = _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, 0,
+                           NUM_STAGES)
+    # Tile 0's products complete before dQ's zeros exist (see fwd_hopper: the compiler would
+    # otherwise place the zeros mid-flight and ptxas serialise every wgmma).
+    s, dp = warpgroup_mma_wait(0, deps=(s, dp))
+    s, dp = warpgroup_mma_init(s), warpgroup_mma_init(dp)
+    dq = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D], gl.float32, g_layout))
+    for j in range(n_mine - 1):         # the last tile has no next S: peeled below
+        s, dp, dq = warpgroup_mma_wait(0, deps=(s, dp, dq))
+        if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
+            mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
+        dq = _issue_dq(s, dp, dq, rows, j, n_unmasked, lse2, d_row, qk_scale, ds_smem, k_smem,
+                       BLOCK_N, NUM_STAGES, CAUSAL)
+        s, dp = _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, j + 1,
+                               NUM_STAGES)
+    j = n_mine - 1
+    s, dp, dq = warpgroup_mma_wait(0, deps=(s, dp, dq))
+    if j > 0:
+        mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
+    dq = _issue_dq(s, dp, dq, rows, j, n_unmasked, lse2, d_row, qk_scale, ds_smem, k_smem,
+                   BLOCK_N, NUM_STAGES, CAUSAL)
+    dq = warpgroup_mma_wait(0, deps=(dq,))
+    mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)
+    # Causal: the tiles past this consumer's rows (the other one's diagonal) are released
+    # unread, each after it has landed, so that every release counts towards its own lap.
+    for t in range(n_mine, n_tiles):
+        slot = t % NUM_STAGES
+        mbarrier.wait(v_ready.index(slot), (t // NUM_STAGES) & 1)
+        mbarrier.arrive(empty.index(slot), count=1)
+
+    # Q is no longer read: its tile stages dQ for the TMA store.
+    q_smem.store((dq * sm_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [q_row0, q_col], q_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DSUM, stride_lse_b,
+                      stride_lse_h, stride_d_b, stride_d_h, nheads, group, seqlen_q, seqlen_k,
+                      n_mtiles, qk_scale, sm_scale, BLOCK_M: gl.constexpr,
+                      BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                      CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    # One CTA: 2 * BLOCK_M query rows of one (batch, query head); causal: last rows first.
+    m0, off_b, off_h, q_row0, q_col, kv_row0, kv_col, n_tiles, _ = fwd_hopper._query_block(
+        n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
+    lse_base = off_b * stride_lse_b + off_h * stride_lse_h
+    d_base = off_b * stride_d_b + off_h * stride_d_h
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_D], do_desc.layout)
+    ds_smem = gl.allocate_shared_memory(
+        dtype, [2, BLOCK_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
+                                                                           dtype))
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bar.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
+
+    gl.warp_specialize([
+        (_dq_consume, (q_desc, do_desc, dq_desc, q_smem.index(0), do_smem.index(0),
+                       ds_smem.index(0), q_bar.index(0), k_smem, v_smem, k_ready, v_ready,
+                       empty, LSE, DSUM, lse_base, d_base, q_row0, q_col, m0, n_tiles, qk_scale,
+                       sm_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_dq_consume, (q_desc, do_desc, dq_desc, q_smem.index(1), do_smem.index(1),
+                       ds_smem.index(1), q_bar.index(1), k_smem, v_smem, k_ready, v_ready,
+                       empty, LSE, DSUM, lse_base, d_base, q_row0 + BLOCK_M, q_col,
+                       m0 + BLOCK_M, n_tiles, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_D,
+                       NUM_STAGES, CAUSAL)),
+        (fwd_hopper._load_kv, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
+                               kv_row0, kv_col, n_tiles, BLOCK_N, NUM_STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def config(d: int) -> tuple[int, int, int, int]:
+    """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
+    ``FLASHTILE_GLUON_DQ_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
+    text = os.environ.get("FLASHTILE_GLUON_DQ_CONFIG")
+    return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
+
+
+def enabled() -> bool:
+    """Opt-in (``FLASHTILE_GLUON_DQ=1``) until it is measured on a GPU; the tile-level dQ
+    kernel runs otherwise."""
+    return gluon_switch_on("dq_hopper")
+
+
+def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             params) -> bool:
+    """True when this kernel can compute the call's dQ (see the module docstring)."""
+    if not (enabled() and fwd_hopper.covers(q, k, v, params)):
+        return False
+    rows, keys = 2 * config(q.shape[3])[0], config(q.shape[3])[1]
+    return (q.shape[1] % rows == 0 and k.shape[1] % keys == 0
+            and dout.shape == q.shape and dout.dtype == q.dtype
+            and fwd_hopper.folded(dout) is not None)
+
+
+def dq(q, k, v, dout, lse, dsum, dq_out, params) -> None:
+    """dQ into ``dq_out`` (shaped and typed like q, foldable) from q, k, v ``(b, s, h, d)``,
+    ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
+    block_m, block_n, stages, regs = config(d)
+    global last_config
+    last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
+    desc = fwd_hopper.descriptor
+    n_mtiles = sq // (2 * block_m)
+    _dq_hopper_kernel[(n_mtiles * b * hq,)](
+        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(dout, block_m),
+        desc(dq_out, block_m), lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0),
+        dsum.stride(1), hq, hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E,
+        params.softmax_scale, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)

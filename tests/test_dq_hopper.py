@@ -1,0 +1,141 @@
+"""The Gluon dQ kernel for Hopper (:mod:`flashtile.kernels.dq_hopper`): which calls take it, and
+the gradients against the float64 reference (GPU), with and without the Gluon dK/dV kernel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_fwd_hopper import fallback_call
+from test_kernels import check
+from utils import count_calls
+
+import flashtile
+from flashtile.interface import _flash_params
+from flashtile.kernels import bwd, bwd_hopper, dq_hopper
+
+GPU = torch.cuda.is_available()
+HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """Turns the (opt-in) Gluon dQ kernel on and counts its launches (the real one runs)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    calls = count_calls(monkeypatch, dq_hopper, "dq")
+    flashtile.set_backend("triton")
+    yield calls
+    flashtile.set_backend(None)
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("FLASHTILE_GLUON_DQ", raising=False)
+    assert not dq_hopper.enabled()
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    assert dq_hopper.enabled()
+
+
+def test_cpu_tensors_never_take_it(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    q = torch.randn(1, 256, 2, 64, dtype=torch.float16)
+    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
+    assert not dq_hopper.supports(q, q, q, q, params)
+
+
+def test_config_override(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ_CONFIG", "64,64,3,232")
+    assert dq_hopper.config(128) == (64, 64, 3, 232)
+    monkeypatch.delenv("FLASHTILE_GLUON_DQ_CONFIG")
+    assert dq_hopper.config(128) == dq_hopper._CONFIGS[128]
+
+
+def test_switched_on_a_cpu_backward_does_not_import_it():
+    """Switched on, a CPU forward+backward still never imports Gluon or this module."""
+    code = ("import os, sys, torch, flashtile\n"
+            "os.environ['FLASHTILE_GLUON_DQ'] = '1'\n"
+            "flashtile.set_backend('triton')\n"
+            "q = torch.randn(1, 128, 2, 64, requires_grad=True)\n"
+            "flashtile.flash_attn_func(q, q, q, causal=True).sum().backward()\n"
+            "assert not any(m.endswith('_hopper') for m in sys.modules), 'imported eagerly'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHTILE_GLUON")}
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+# (b, s, hq, hkv, d): GQA and MQA (the KV head is h // group), one and several CTAs per head,
+# both head dims
+SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dkdv", ["gluon-dkdv", "tile-dkdv"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+def test_gluon_dq(gluon_calls, monkeypatch, shape, causal, dtype, dkdv):
+    """dQ from the Gluon kernel, dK/dV from the Gluon kernel (the default) or the tile-level
+    one (``FLASHTILE_GLUON_BWD=0``)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1" if dkdv == "gluon-dkdv" else "0")
+    dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "this call should have run the Gluon dQ kernel"
+    assert len(dkdv_calls) == (1 if dkdv == "gluon-dkdv" else 0)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_with_the_gluon_forward_and_a_scale(gluon_calls, monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    check(2, 512, 512, 4, 2, 128, 128, torch.bfloat16, causal=True, scale=0.3)
+    assert len(gluon_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("d", [64, 128])
+def test_off_runs_the_tile_level_kernel(gluon_calls, monkeypatch, d):
+    """``FLASHTILE_GLUON_DQ=0`` (the default): the same dense calls go to the tile-level dQ."""
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "0")
+    for causal in (False, True):
+        check(1, 1024, 1024, 8, 2, d, d, torch.bfloat16, causal=causal)
+    assert gluon_calls == []
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
+    """A backward replayed from its launch plan (preprocess only, with both Gluon kernels)
+    launches the Gluon dQ kernel afresh, with this call's pointers: the same gradients every
+    time (the replay's buffers are NaN-poisoned, so a missed dQ would show)."""
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    q, k, v = (torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
+                           requires_grad=True) for _ in range(3))
+    before = len(bwd._PLANS)
+    runs = []
+    for _ in range(3):
+        dout = torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
+                           generator=torch.Generator("cuda").manual_seed(0))
+        runs.append(torch.autograd.grad(flashtile.flash_attn_func(q, k, v, causal=True),
+                                        (q, k, v), dout))
+    assert len(bwd._PLANS) == before + 1 and len(gluon_calls) == 3
+    for grads in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), grads, runs[0]):
+            assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", ["ragged-length", "bhsd-layout", "d96", "softcap",
+                                  "atomic-dq"])
+def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
+    """Calls outside the kernel's cover run the tile-level dQ kernel, still within budget."""
+    shape, kwargs = fallback_call(case, monkeypatch)
+    check(*shape, **kwargs)
+    assert gluon_calls == []
