@@ -140,7 +140,7 @@ class FlashtileProvider(Provider):
         tuners = {"fwd": fwd._fwd, "dkdv": bwd._dkdv, "dq": bwd._dq}
         names = {"fwd": ["fwd"], "bwd": ["dkdv", "dq"]}.get(case.mode, ["fwd", "dkdv", "dq"])
         out = {}
-        gluon = {"fwd": "fwd_hopper", "dkdv": "bwd_hopper"}
+        gluon = {"fwd": "fwd_hopper", "dkdv": "bwd_hopper", "dq": "dq_hopper"}
         ran = {m.__name__.rsplit(".", 1)[1]: m.last_config for m in _gluon_modules()}
         for name in names:
             c = getattr(tuners[name], "best_config", None)
