@@ -42,10 +42,10 @@ def test_folded_view_only_for_foldable_strides():
 def test_gluon_is_imported_only_where_it_runs():
     """Gluon and the kernels cost ~35 ms of import time: ``import flashtile``, the kernel
     modules and a CPU forward+backward (the dK/dV kernel is on by default) must not pull them
-    in, even switched on; on an sm_90 GPU a switched-on module is found."""
+    in, even with all three switched on; on an sm_90 GPU a switched-on module is found."""
     code = ("import os, sys, torch, flashtile, flashtile.kernels.fwd, flashtile.kernels.bwd\n"
             "from flashtile.kernels.common import gluon_kernels\n"
-            "os.environ['FLASHTILE_GLUON_FWD'] = '1'\n"
+            "os.environ['FLASHTILE_GLUON_FWD'] = os.environ['FLASHTILE_GLUON_DQ'] = '1'\n"
             "if not torch.cuda.is_available():  # (the interpreter runs the kernels)\n"
             "    flashtile.set_backend('triton')\n"
             "    q = torch.randn(1, 128, 2, 64, requires_grad=True)\n"
