@@ -58,7 +58,7 @@ def padded_headdim(d: int) -> int:
 
 # The Gluon kernels for sm_90 (modules of this package): their switch and its default. The
 # dK/dV kernel is on by default (faster than the tile-level one, docs/perf.md session 10);
-# the forward is opt-in (at parity, session 9); so is dQ (compiled offline, not yet measured).
+# the forward is opt-in (at parity, session 9); so is dQ (no net gain, session 10).
 GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "0"),
                   "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1"),
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0")}

@@ -31,8 +31,9 @@ no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
 ``D = rowsum(dO * O)`` still comes from the preprocess kernel; a backward that runs this kernel
 keeps its launch plan, and the kernel is launched afresh after the replay (as the dK/dV one).
 
-Status: compiled offline for sm_90a (``scripts/inspect_kernels.py --gluon``: no spills, no
-serialised wgmma), not yet run on a GPU. Opt-in until it is measured: ``FLASHTILE_GLUON_DQ=1``.
+Status (docs/perf.md, session 10): correct on the H200 (every GPU test), but no net gain over
+the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k points (which are
+near host-bound on that host), equal geomean. So it is opt-in: ``FLASHTILE_GLUON_DQ=1``.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ from .common import gluon_switch_on
 LOG2E = 1.4426950408889634
 
 # (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers).
-# Chosen offline by ptxas verdicts only (scripts/inspect_kernels.py --gluon; not yet measured):
+# Chosen offline by ptxas verdicts only (scripts/inspect_kernels.py --gluon; no GPU sweep yet):
 # 128 keys per tile is the only width at which ptxas keeps the wgmmas asynchronous (64 and 32
 # keys: C7511 at d = 64 and 128 over the 2-4 slots and 160-248 registers tried). Per consumer
 # the registers then hold dQ (32 | 64 per thread at d = 64 | 128), S and dP (64 each): no
@@ -211,8 +212,8 @@ def config(d: int) -> tuple[int, int, int, int]:
 
 
 def enabled() -> bool:
-    """Opt-in (``FLASHTILE_GLUON_DQ=1``) until it is measured on a GPU; the tile-level dQ
-    kernel runs otherwise."""
+    """Opt-in (``FLASHTILE_GLUON_DQ=1``): measured at par with the tile-level dQ kernel, which
+    runs otherwise."""
     return gluon_switch_on("dq_hopper")
 
 
