@@ -7,11 +7,11 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import count_calls
+from utils import assert_replays_match, count_calls
 
 import flashtile
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd, bwd_hopper, dq_hopper
+from flashtile.kernels import bwd_hopper, dq_hopper
 
 GPU = torch.cuda.is_available()
 HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
@@ -93,23 +93,9 @@ def test_off_runs_the_tile_level_kernel(gluon_calls, monkeypatch, d):
 @pytest.mark.gpu
 @needs_hopper
 def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
-    """A backward replayed from its launch plan (preprocess only, with both Gluon kernels)
-    launches the Gluon dQ kernel afresh, with this call's pointers: the same gradients every
-    time (the replay's buffers are NaN-poisoned, so a missed dQ would show)."""
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
-    q, k, v = (torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
-                           requires_grad=True) for _ in range(3))
-    before = len(bwd._PLANS)
-    runs = []
-    for _ in range(3):
-        dout = torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
-                           generator=torch.Generator("cuda").manual_seed(0))
-        runs.append(torch.autograd.grad(flashtile.flash_attn_func(q, k, v, causal=True),
-                                        (q, k, v), dout))
-    assert len(bwd._PLANS) == before + 1 and len(gluon_calls) == 3
-    for grads in runs[1:]:
-        for name, a, b in zip(("dq", "dk", "dv"), grads, runs[0]):
-            assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
+    """A backward replayed from its launch plan launches the Gluon dQ kernel afresh, with
+    this call's pointers, and gives the same gradients."""
+    assert_replays_match(monkeypatch, gluon_calls)
 
 
 @pytest.mark.gpu

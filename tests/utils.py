@@ -59,5 +59,26 @@ def count_calls(monkeypatch, module, name: str) -> list:
     return calls
 
 
-__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_within_budget", "count_calls",
-           "flashtile", "max_err", "shape_id"]
+def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
+    """``runs`` forward+backward calls of one signature (bf16, causal, on the GPU) with the same
+    inputs: the first records the backward's launch plan, the others replay it. The Gluon
+    kernel counted in ``calls`` must run in each (launched afresh after a replay) and every
+    call's gradients must equal the first's (the replay's buffers are NaN-poisoned under the
+    tests, so a kernel that missed a replay shows)."""
+    from flashtile.kernels import bwd
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    q, k, v = (torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
+                           requires_grad=True) for _ in range(3))
+    dout = torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda")
+    before = len(bwd._PLANS)
+    grads = [torch.autograd.grad(flashtile.flash_attn_func(q, k, v, causal=True), (q, k, v),
+                                 dout) for _ in range(runs)]
+    assert len(bwd._PLANS) == before + 1, "the first backward should have recorded one plan"
+    assert len(calls) == runs, f"the Gluon kernel ran {len(calls)} times in {runs} calls"
+    for later in grads[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), later, grads[0]):
+            assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
+
+
+__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_replays_match",
+           "assert_within_budget", "count_calls", "flashtile", "max_err", "shape_id"]

@@ -31,8 +31,6 @@ d 64/128 x 1k/4k/16k x causal; docs/perf.md, session 10).
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -230,8 +228,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
 def config(d: int) -> tuple[int, int, int, int]:
     """(keys per consumer, queries per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_BWD_CONFIG=keys,queries,slots,regs`` overrides it (for sweeps)."""
-    text = os.environ.get("FLASHTILE_GLUON_BWD_CONFIG")
-    return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
+    return fwd_hopper.env_config("FLASHTILE_GLUON_BWD_CONFIG", _CONFIGS, d)
 
 
 def enabled() -> bool:
@@ -245,10 +242,8 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """True when this kernel can compute the call's dK and dV (see the module docstring)."""
     if not (enabled() and fwd_hopper.covers(q, k, v, params)):
         return False
-    keys, queries = 2 * config(q.shape[3])[0], config(q.shape[3])[1]
-    return (q.shape[1] % queries == 0 and k.shape[1] % keys == 0
-            and dout.shape == q.shape and dout.dtype == q.dtype
-            and fwd_hopper.folded(dout) is not None)
+    keys, queries = config(q.shape[3])[:2]
+    return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:

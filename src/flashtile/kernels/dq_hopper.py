@@ -37,8 +37,6 @@ near host-bound on that host), equal geomean. So it is opt-in: ``FLASHTILE_GLUON
 """
 from __future__ import annotations
 
-import os
-
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -207,8 +205,7 @@ def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DSUM, strid
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_DQ_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
-    text = os.environ.get("FLASHTILE_GLUON_DQ_CONFIG")
-    return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
+    return fwd_hopper.env_config("FLASHTILE_GLUON_DQ_CONFIG", _CONFIGS, d)
 
 
 def enabled() -> bool:
@@ -222,10 +219,8 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """True when this kernel can compute the call's dQ (see the module docstring)."""
     if not (enabled() and fwd_hopper.covers(q, k, v, params)):
         return False
-    rows, keys = 2 * config(q.shape[3])[0], config(q.shape[3])[1]
-    return (q.shape[1] % rows == 0 and k.shape[1] % keys == 0
-            and dout.shape == q.shape and dout.dtype == q.dtype
-            and fwd_hopper.folded(dout) is not None)
+    rows, keys = config(q.shape[3])[:2]
+    return fwd_hopper.gradient_tiles_fit(dout, q, k, 2 * rows, keys)
 
 
 def dq(q, k, v, dout, lse, dsum, dq_out, params) -> None:

@@ -298,11 +298,17 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
+def env_config(variable: str, configs: dict, d: int) -> tuple[int, int, int, int]:
+    """``configs[d]``, or the four integers of ``variable`` (``a,b,c,d``) when it is set: the
+    Gluon kernels' config overrides, for sweeps."""
+    text = os.environ.get(variable)
+    return tuple(int(x) for x in text.split(",")) if text else configs[d]
+
+
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
-    text = os.environ.get("FLASHTILE_GLUON_FWD_CONFIG")
-    return tuple(int(x) for x in text.split(",")) if text else _CONFIGS[d]
+    return env_config("FLASHTILE_GLUON_FWD_CONFIG", _CONFIGS, d)
 
 
 def folded(t: torch.Tensor) -> torch.Tensor | None:
@@ -356,6 +362,14 @@ def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     if params.causal and q.shape[1] != k.shape[1]:
         return False
     return all(folded(t) is not None for t in (q, k, v))
+
+
+def gradient_tiles_fit(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_tile: int,
+                       k_tile: int) -> bool:
+    """The backward kernels' conditions beyond :func:`covers`: lengths that are multiples of
+    their (query, key) tiles, and a ``dout`` shaped and typed like q that TMA can read."""
+    return (q.shape[1] % q_tile == 0 and k.shape[1] % k_tile == 0
+            and dout.shape == q.shape and dout.dtype == q.dtype and folded(dout) is not None)
 
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
