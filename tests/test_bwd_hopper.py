@@ -44,6 +44,28 @@ def test_cpu_tensors_never_take_it(monkeypatch):
     assert not bwd_hopper.supports(q, q, q, q, params)
 
 
+@pytest.mark.parametrize("module", ["bwd_hopper", "dq_hopper"])
+def test_tile_and_dout_conditions(monkeypatch, module):
+    """Beyond the shared device/feature cover (stubbed true here, so this runs on CPU): the
+    lengths must be multiples of the kernel's tiles and dout must be shaped, typed and laid
+    out like q."""
+    from flashtile.kernels import dq_hopper, fwd_hopper
+    kernel = {"bwd_hopper": bwd_hopper, "dq_hopper": dq_hopper}[module]
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    monkeypatch.setattr(fwd_hopper, "covers", lambda *args: True)
+
+    def qkv(s):
+        return [torch.randn(1, s, 2, 128, dtype=torch.bfloat16) for _ in range(3)]
+    q, k, v = qkv(512)
+    params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
+    assert kernel.supports(q.clone(), q, k, v, params)
+    assert not kernel.supports(*qkv(512 + 16)[:1], *qkv(512 + 16), params), "ragged length"
+    assert not kernel.supports(q.half(), q, k, v, params), "dout dtype"
+    strided = torch.randn(1, 2, 512, 128, dtype=torch.bfloat16).transpose(1, 2)
+    assert not kernel.supports(strided, q, k, v, params), "dout TMA cannot read"
+
+
 # (b, s, hq, hkv, d): GQA and MQA (dK/dV summed over the group in registers), one and several
 # key tiles per CTA, both head dims
 SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
