@@ -41,15 +41,14 @@ def test_inspect_kernels_compiles_for_hopper():
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal")])
 def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
-    """The Gluon kernels compiled for sm_90a: the dK/dV kernel (on by default) and the dQ
-    kernel neither spill nor get their wgmmas serialised by ptxas (its C75xx warnings), the
-    regression that cost the opt-in warp-specialised forward its overlap (that one is reported,
-    not asserted: a known ptxas verdict at 12 warps, see kernels/fwd_hopper.py)."""
+    """The Gluon kernels compiled for sm_90a (forward, dK/dV, dQ) neither spill nor get their
+    wgmmas serialised by ptxas (its C75xx warnings, at most one wait per 4 HGMMA): the
+    regression that cost the forward its overlap in sessions 9-10 (kernels/fwd_hopper.py)."""
     out = _run("inspect_kernels.py", "--gluon", "--d", str(d), "--seqlen", "512",
-               *([mask] if mask == "--causal" else []), ok=(0, 1))
+               *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
     assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dq"}, out
-    for name in ("gluon dkdv", "gluon dq"):
+    for name in lines:
         line = lines[name]
         assert " 0 bytes spill stores" in line and "C75" not in line, line
         sass, waits = out.split(line, 1)[1].splitlines()[1:4:2]

@@ -7,7 +7,8 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
   of ``NUM_STAGES`` shared-memory slots; two four-warp *consumers* (one warpgroup each) own
   ``BLOCK_M`` query rows apiece and read every K/V slot once between them;
 - **registers moved to the math**: the loader runs on 24 registers per thread, so the
-  consumers can hold S, the next S, P and O (up to 240 registers per thread, no spills);
+  consumers can hold S, the next S and O (up to 240 registers per thread, no spills); P goes
+  to the tensor cores through a shared-memory tile (see below);
 - **intra-warpgroup overlap**: each consumer issues the next tile's ``S = Q K^T`` before it
   runs the current tile's exp2 and row sums, which then run while the tensor cores work.
 
@@ -18,13 +19,14 @@ ping-pong variant (the consumers taking turns at the tensor cores through mbarri
 0.75x against 0.81x cuDNN over d 64/128 x 1k/4k/16k x causal, worst at causal 1k). So it is
 opt-in: ``FLASHTILE_GLUON_FWD=1``.
 
-Found afterwards, offline (``scripts/inspect_kernels.py --gluon``): ptxas serialises every
-wgmma of this warp-specialised kernel (C7512, "insufficient register resources"; each HGMMA
-is followed by a wait). The loader makes the CTA 12 warps, so the kernel is compiled for 168
-registers per thread, and the consumers' ``setmaxnreg`` does not change that verdict. The
-measured parity was thus reached without any of the intended overlap. A ``pipelined``
-schedule (one 8-warp partition issuing its own loads, so 255 registers and asynchronous
-wgmma) measured 6-20% slower than this one in session 10 and was removed (docs/perf.md).
+Those measurements had none of the intended overlap: ptxas serialised every wgmma of the
+kernel (C7512, "insufficient register resources"; each HGMMA followed by a wait), found
+offline with ``scripts/inspect_kernels.py --gluon``. Neither ``setmaxnreg`` (168 to 248), tile
+widths (16 to 128 keys), issue order nor dropping O's rescale changed that verdict; P as a
+register A operand of ``P V`` did: with P stored to a shared-memory tile, the kernel compiles
+with one wait per tile (8 for 48 HGMMA) and no spills at d 64/128, causal or not (session 10,
+offline; **not yet run on a GPU**). A ``pipelined`` schedule (one 8-warp partition issuing its
+own loads) measured 6-20% slower than the serialised one in session 10 and was removed.
 
 It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
@@ -67,6 +69,12 @@ def mma_layouts(warps, n_scores, n_out):
     out = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[warps, 1],
                                     instr_shape=[16, n_out, 16])
     return scores, out, gl.DotOperandLayout(operand_index=0, parent=out, k_width=2)
+
+
+@constexpr_function
+def _p_layout(rows, keys, dtype):
+    """The shared-memory layout of a consumer's P tile ``(rows, keys)``."""
+    return gl.NVMMASharedLayout.get_default_for([rows, keys], dtype)
 
 
 @gluon.jit
@@ -147,11 +155,15 @@ def _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N: gl.constexp
 
 
 @gluon.jit
-def _probs(s, m_new, alpha, l_i, dtype: gl.constexpr, p_layout: gl.constexpr):
-    """P = exp2(s - m) as the register A operand of P V, and the running row sum."""
+def _probs(s, m_new, alpha, l_i, p_smem):
+    """P = exp2(s - m) into ``p_smem``, the shared-memory A operand of P V, and the running row
+    sum. (As a register operand, ptxas serialised every wgmma of the kernel: C7512.) The
+    caller has waited for the previous P V, the last reader of ``p_smem``."""
     p = gl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, axis=1)
-    return gl.convert_layout(p.to(dtype), p_layout), l_i
+    p_smem.store(p.to(p_smem.dtype))
+    fence_async_shared()
+    return p_smem, l_i
 
 
 @gluon.jit
@@ -184,26 +196,26 @@ def _pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem, k_ready, v_ready, s_zero,
-                 NUM_STAGES: gl.constexpr, dtype: gl.constexpr, p_layout: gl.constexpr):
+def _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem, p_smem, k_ready, v_ready,
+                 s_zero, NUM_STAGES: gl.constexpr):
     """Issue S_{j+1}; then P_j's exp2 and row sums, which run while it computes; then P_j V_j.
     Returns S_{j+1} and O in flight and the new row sums."""
     nslot = (j + 1) % NUM_STAGES
     mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
     s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
-    p_op, l_i = _probs(s, m_new, alpha, l_i, dtype, p_layout)
+    p_op, l_i = _probs(s, m_new, alpha, l_i, p_smem)
     return s_tok, _pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES), l_i
 
 
 @gluon.jit
-def _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem, v_ready,
+def _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem, p_smem, v_ready,
                BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-               dtype: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
+               o_layout: gl.constexpr):
     """The last tile j (no next S to issue): O, row max and row sum, all complete."""
     s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
                                  CAUSAL, o_layout)
-    p_op, l_i = _probs(s, m_i, alpha, l_i, dtype, p_layout)
+    p_op, l_i = _probs(s, m_i, alpha, l_i, p_smem)
     acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
     return acc, m_i, l_i
 
@@ -222,7 +234,7 @@ def _write_out(acc, m_i, l_i, lse_row, q_smem, o_desc, q_row0, q_col, dtype: gl.
 
 
 @gluon.jit
-def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, empty,
+def _consume(q_desc, o_desc, q_smem, p_smem, q_bar, k_smem, v_smem, k_ready, v_ready, empty,
              LSE, lse_base, q_row0, q_col, first_row, n_tiles, n_unmasked, qk_scale,
              BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
              NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
@@ -231,7 +243,6 @@ def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, em
     mask). Writes its rows of O (TMA) and LSE."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
-    p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
     dtype: gl.constexpr = q_desc.dtype
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
@@ -248,11 +259,11 @@ def _consume(q_desc, o_desc, q_smem, q_bar, k_smem, v_smem, k_ready, v_ready, em
         if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
             mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
         s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem,
-                                       k_ready, v_ready, s_zero, NUM_STAGES, dtype, p_layout)
+                                       p_smem, k_ready, v_ready, s_zero, NUM_STAGES)
         m_i = m_new
     j = n_tiles - 1
     acc, m_i, l_i = _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem,
-                               v_ready, BLOCK_N, NUM_STAGES, CAUSAL, dtype, o_layout, p_layout)
+                               p_smem, v_ready, BLOCK_N, NUM_STAGES, CAUSAL, o_layout)
     if j > 0:
         mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
     mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)
@@ -274,6 +285,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    p_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, BLOCK_N],
+                                       _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
     q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
@@ -286,11 +299,11 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
         mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
 
     gl.warp_specialize([
-        (_consume, (q_desc, o_desc, q_smem.index(0), q_bar.index(0), k_smem, v_smem, k_ready,
-                    v_ready, empty, LSE, lse_base, q_row0, q_col, m0, n_tiles, n_unmasked,
+        (_consume, (q_desc, o_desc, q_smem.index(0), p_smem.index(0), q_bar.index(0), k_smem,
+                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0, q_col, m0, n_tiles, n_unmasked,
                     qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_consume, (q_desc, o_desc, q_smem.index(1), q_bar.index(1), k_smem, v_smem, k_ready,
-                    v_ready, empty, LSE, lse_base, q_row0 + BLOCK_M, q_col, m0 + BLOCK_M,
+        (_consume, (q_desc, o_desc, q_smem.index(1), p_smem.index(1), q_bar.index(1), k_smem,
+                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0 + BLOCK_M, q_col, m0 + BLOCK_M,
                     n_tiles, n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
                     CAUSAL)),
         (_load_kv, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
