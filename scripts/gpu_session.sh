@@ -3,6 +3,7 @@
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
+#          gluonfwdsweep
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -110,17 +111,24 @@ PY
         env ${v#*:} timeout ${GLUON_BENCH_TIMEOUT:-170} $B --mode $mode \
           --out "$OUT/gluon-$mode-${v%%:*}" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
       done 2>&1 | tee "$OUT/gluon-$mode.log" ;;
-    gluonsweep) # the Gluon dK/dV kernel's configs (keys per consumer, queries per tile, ring
-      # slots, registers), backward only, vs cuDNN in the same runs; each config compiles clean
-      # offline (scripts/inspect_kernels.py --gluon)
-      for v in ${SWEEP_CONFIGS:-64:64,64,4,240 64:64,64,2,240 64:64,32,4,240 64:64,64,6,240
-                128:64,32,4,240 128:64,32,2,240 128:64,32,6,240}; do
-        echo "--- d=${v%%:*} config ${v#*:}"
-        FLASHTILE_GLUON_BWD_CONFIG=${v#*:} timeout 120 python3 -m flashtile bench \
-          --providers flashtile,cudnn --no-plot --headdims ${v%%:*} --mode bwd \
+    gluonsweep|gluonfwdsweep) # the Gluon kernels' configs, vs cuDNN in the same runs; every
+      # config compiles clean offline (scripts/inspect_kernels.py --gluon). gluonsweep: dK/dV
+      # (keys per consumer, queries per tile, ring slots, registers), backward only;
+      # gluonfwdsweep: the forward (rows per consumer, keys per tile, slots, registers)
+      if [ $step = gluonsweep ]; then mode=bwd; var=FLASHTILE_GLUON_BWD_CONFIG; flags=
+        configs=${SWEEP_CONFIGS:-64:64,64,4,240 64:64,64,2,240 64:64,32,4,240 64:64,64,6,240
+                 128:64,32,4,240 128:64,32,2,240 128:64,32,6,240}
+      else mode=fwd; var=FLASHTILE_GLUON_FWD_CONFIG; flags=FLASHTILE_GLUON_FWD=1
+        configs=${SWEEP_CONFIGS:-64:64,128,4,240 64:64,64,4,240 64:64,128,2,240
+                 128:64,64,4,240 128:64,128,2,240 128:64,64,3,240}
+      fi
+      for v in $configs; do
+        echo "--- $mode d=${v%%:*} config ${v#*:}"
+        env $flags $var=${v#*:} timeout 120 python3 -m flashtile bench \
+          --providers flashtile,cudnn --no-plot --headdims ${v%%:*} --mode $mode \
           --seqlens ${SWEEP_SEQLENS:-4k,16k} --causal both \
-          --out "$OUT/gluon-sweep-d${v%%:*}-$(echo ${v#*:} | tr , -)" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
-      done 2>&1 | tee "$OUT/gluon-sweep.log" ;;
+          --out "$OUT/$step-d${v%%:*}-$(echo ${v#*:} | tr , -)" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
+      done 2>&1 | tee "$OUT/$step.log" ;;
     quick)
       python3 -m flashtile bench --quick --out "$OUT/bench-quick" 2>&1 | tee "$OUT/bench-quick.log" ;;
     core)   # the grid points that steer tuning: d 64/128 x 1k/4k/16k x causal, vs cuDNN and FA2
