@@ -183,6 +183,10 @@ def check_plans() -> int:
         def arg(v):                     # (tensors inside tuples too: a score_mod's captures)
             if isinstance(v, tuple):
                 return tuple(arg(x) for x in v)
+            if hasattr(v, "base") and hasattr(v, "strides"):   # a TMA descriptor (Gluon)
+                ptr = v.base.data_ptr()
+                return ("tma", ptr if ptr in own else None, tuple(v.shape), tuple(v.strides),
+                        v.padding)
             if isinstance(v, torch.Tensor):
                 return (tuple(v.shape), v.stride(), v.dtype,
                         v.data_ptr() if v.data_ptr() in own else None)
@@ -236,7 +240,55 @@ def check_plans() -> int:
     print(f"plans keep {alive} of the call's tensors alive "
           f"({'planned' if recorded else 'NOT PLANNED'})")
     failures += check_dense_plans(launches, seen)
+    failures += check_gluon_plans(launches)
     return 1 if failures else 0
+
+
+def check_gluon_plans(launches) -> int:
+    """The same for the Gluon kernels' launches (forward, dK/dV, dQ; called directly: CPU
+    tensors never take them in a real call), whose replays pass light descriptors
+    (``plans.Tma``): the launcher must get the same arguments, descriptors compared by address,
+    shape, strides and padding."""
+    import flashtile
+    from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
+
+    def make(kernel, d, hkv, causal, scale=None):
+        q, dout = (torch.randn(2, 256, 8, d, dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(2, 256, hkv, d, dtype=torch.bfloat16) for _ in range(2))
+        lse, dsum = torch.randn(2, 8, 256), torch.randn(2, 8, 256)
+        params, _ = flashtile.interface._flash_params(q, k, v, 0.0, scale, causal, (-1, -1),
+                                                      0.0, None, False)
+        outs = [torch.empty_like(t) for t in (q, k, v)]
+
+        def call():
+            if kernel == "fwd":
+                fwd_hopper.forward(q, k, v, params, outs[0], lse)
+            elif kernel == "dkdv":
+                bwd_hopper.dkdv(q, k, v, dout, lse, dsum, outs[1], outs[2], params)
+            else:
+                dq_hopper.dq(q, k, v, dout, lse, dsum, outs[0], params)
+        call.tensors = [q, k, v, dout, lse, dsum, *outs]
+        return call
+
+    module = {"fwd": fwd_hopper, "dkdv": bwd_hopper, "dq": dq_hopper}
+    failures = 0
+    for kernel in ("fwd", "dkdv", "dq"):
+        for d, hkv, causal in ((128, 8, False), (128, 2, True), (64, 8, True)):
+            calls = [make(kernel, d, hkv, causal) for _ in range(2)]
+            other = make(kernel, d, hkv, causal, scale=0.05)     # one argument changed
+            os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+            full = [launches(call) for call in (*calls, other)]
+            os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+            recorded = module[kernel]._LAUNCHES
+            before = len(recorded)
+            planned = [launches(call) for call in (*calls, other)]   # record, replay, record
+            ok = full == planned and len(full[0]) == 1 and full[2] != full[0]
+            replayed = len(recorded) == before + 2
+            failures += not (ok and replayed)
+            print(f"gluon plans {kernel} d{d} hkv{hkv} {'causal' if causal else 'full'}: "
+                  f"{'same launches' if ok else 'DIFFERENT'}, "
+                  f"{'replayed' if replayed else 'NOT REPLAYED'}")
+    return failures
 
 
 def check_dense_plans(launches, seen) -> int:

@@ -69,9 +69,11 @@ def test_launch_plans_launch_what_the_full_path_launches():
     (never run), the replayed launches must equal the full path's: same kernel, grid and
     arguments, over layouts, alignments and flags, and for calls that differ from a recorded
     one in a single argument (dropout included); one-pass dQ backwards are never planned; no
-    tensor is kept alive."""
+    tensor is kept alive. The Gluon kernels' launches (light TMA descriptors in replays) too."""
     out = _run("host_overhead.py", "--check-plans")
     lines = [x for x in out.splitlines() if x.startswith("plans")]
     assert len(lines) == 54 and not any("DIFFERENT" in x or "NOT PLANNED" in x or "PLANNED,"
                                         in x or x.endswith(": PLANNED") for x in lines), out
     assert "plans keep 0 of the call's tensors alive (planned)" in out, out
+    gluon = [x for x in out.splitlines() if x.startswith("gluon plans")]
+    assert len(gluon) == 9 and all(x.endswith(": same launches, replayed") for x in gluon), out

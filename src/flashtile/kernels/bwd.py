@@ -538,9 +538,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     hopper_dq = gluon_kernels("dq_hopper", q.device) if dense else None
     gluon_dq = hopper_dq is not None and hopper_dq.supports(dout, q, k, v, params)
     # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned. The Gluon
-    # kernels' TMA descriptors hold the call's pointers, so they are launched afresh after the
-    # replay of the other launches: unplanned, that backward cost 1,406 us of host time on the
-    # H200's host against 728 planned, docs/perf.md session 10.)
+    # kernels' TMA descriptors hold the call's pointers, so they are launched after the replay
+    # of the other launches, through their own plans (plans.GluonLaunches): unplanned, that
+    # backward cost 1,406 us of host time on the H200's host against 728, session 10.)
     key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), gluon, gluon_dq)

@@ -37,7 +37,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
-from . import fwd_hopper
+from . import fwd_hopper, plans
 from .common import gluon_switch_on
 
 LOG2E = 1.4426950408889634
@@ -46,6 +46,7 @@ LOG2E = 1.4426950408889634
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
 _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
+_LAUNCHES = plans.GluonLaunches()
 last_config: str | None = None    # "gluon KEYSxQUERIES/SLOTSs" of the last launch (the bench)
 
 
@@ -256,12 +257,13 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
     block_n, block_m, stages, regs = config(d)
     global last_config
     last_config = f"gluon {2 * block_n}x{block_m}/{stages}s"
-    desc = fwd_hopper.descriptor
     n_ntiles = sk // (2 * block_n)
-    _dkdv_hopper_kernel[(n_ntiles * b * hkv,)](
-        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(dout, block_m),
-        desc(dk, block_n), desc(dv, block_n),
-        lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
-        hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale,
-        BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
-        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)
+    _LAUNCHES.launch(
+        _dkdv_hopper_kernel, (n_ntiles * b * hkv,),
+        ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
+         (dv, block_n)),
+        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
+         hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale),
+        dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
+             CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4),
+        fwd_hopper.descriptor)

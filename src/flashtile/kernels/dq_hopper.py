@@ -29,7 +29,8 @@ The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 128}, length
 multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ mode,
 no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
 ``D = rowsum(dO * O)`` still comes from the preprocess kernel; a backward that runs this kernel
-keeps its launch plan, and the kernel is launched afresh after the replay (as the dK/dV one).
+keeps its launch plan, and the kernel is launched after the replay (as the dK/dV one), through
+its own (:class:`.plans.GluonLaunches`).
 
 Status (docs/perf.md, session 10): correct on the H200 (every GPU test), but no net gain over
 the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k points (which are
@@ -43,7 +44,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
-from . import fwd_hopper
+from . import fwd_hopper, plans
 from .common import gluon_switch_on
 
 LOG2E = 1.4426950408889634
@@ -58,6 +59,7 @@ LOG2E = 1.4426950408889634
 # tile ahead (three slots: 288 KB); at d = 64 four slots take 192 KB (two and three also
 # compile clean).
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
+_LAUNCHES = plans.GluonLaunches()
 last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
 
 
@@ -233,11 +235,12 @@ def dq(q, k, v, dout, lse, dsum, dq_out, params) -> None:
     block_m, block_n, stages, regs = config(d)
     global last_config
     last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
-    desc = fwd_hopper.descriptor
     n_mtiles = sq // (2 * block_m)
-    _dq_hopper_kernel[(n_mtiles * b * hq,)](
-        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(dout, block_m),
-        desc(dq_out, block_m), lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0),
-        dsum.stride(1), hq, hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E,
-        params.softmax_scale, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)
+    _LAUNCHES.launch(
+        _dq_hopper_kernel, (n_mtiles * b * hq,),
+        ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dq_out, block_m)),
+        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hq,
+         hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E, params.softmax_scale),
+        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+             CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4),
+        fwd_hopper.descriptor)

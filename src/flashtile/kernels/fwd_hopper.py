@@ -48,6 +48,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
+from . import plans
 from .common import gluon_switch_on
 
 LOG2E = 1.4426950408889634
@@ -56,6 +57,7 @@ LOG2E = 1.4426950408889634
 # (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%; d=64 at
 # 128 keys x 4 slots beat 64 keys by 9-10%)
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
+_LAUNCHES = plans.GluonLaunches()
 last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
 
 
@@ -403,9 +405,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     global last_config
     last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
     n_mtiles = sq // (2 * block_m)
-    args = (descriptor(q, block_m), descriptor(k, block_n), descriptor(v, block_n),
-            descriptor(out, block_m), lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk,
-            n_mtiles, params.softmax_scale * LOG2E)
-    _fwd_hopper_kernel[(n_mtiles * b * hq,)](
-        *args, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-        CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4)
+    _LAUNCHES.launch(
+        _fwd_hopper_kernel, (n_mtiles * b * hq,),
+        ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
+        (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
+         params.softmax_scale * LOG2E),
+        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+             CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4),
+        descriptor)

@@ -244,6 +244,81 @@ class Plans:
         return len(self.plans)
 
 
+class Tma:
+    """What Triton's launcher reads of a host TMA descriptor: ``base`` (for its address),
+    ``shape``, ``strides`` and ``padding``. A replayed Gluon launch passes these in place of
+    ``TensorDescriptor`` objects, whose construction and checks cost ~5 us each on the
+    development CPU (a backward makes six)."""
+
+    __slots__ = ("base", "shape", "strides", "padding")
+
+    def __init__(self, base: torch.Tensor, shape: list, strides: list, padding: str):
+        self.base, self.shape, self.strides, self.padding = base, shape, strides, padding
+
+
+class GluonLaunches(Plans):
+    """One Gluon kernel launcher's recorded launches by signature.
+
+    The Gluon kernels (:mod:`.fwd_hopper`, :mod:`.bwd_hopper`, :mod:`.dq_hopper`) take TMA
+    descriptors, which hold the call's addresses, so the plans of the calls around them do not
+    cover them. Their launches are planned here instead: the key is every argument's value,
+    with tensors by :func:`sig`; a replay relaunches the compiled kernel with the call's own
+    tensors and light descriptors (:class:`Tma`) of the recorded shapes and strides, skipping
+    the descriptors' construction and Triton's binding (~30 us per launch on the development
+    CPU, several times that on the H200's host)."""
+
+    def launch(self, kernel, grid: tuple, tiles: tuple, args: tuple, meta: dict,
+               make_descriptor) -> None:
+        """``kernel[grid](*descriptors, *args, **meta)``, where the descriptors are
+        ``make_descriptor(t, rows)`` for each ``(t, rows)`` in ``tiles`` (the kernel's leading
+        parameters), unless this signature was launched before: then its replay."""
+        planned = enabled() and hasattr(kernel, "device_caches")   # (not a capture stand-in)
+        key = None
+        if planned:
+            key = (kernel, grid, *device_key(tiles[0][0]), *((sig(t), rows) for t, rows in tiles),
+                   *(sig(a) if isinstance(a, torch.Tensor) else (type(a), a) for a in args),
+                   *meta.items())
+            replay = self.get(key)
+            if replay is not None:
+                replay(tiles, args)
+                return
+        descriptors = [make_descriptor(t, rows) for t, rows in tiles]
+        kernel[grid](*descriptors, *args, **meta)
+        if planned:
+            self.put(key, _GluonReplay(kernel, grid, descriptors, args, meta))
+
+
+class _GluonReplay:
+    """A recorded Gluon launch: compiled kernel, grid, and the argument list with the
+    descriptors and tensors blanked (kept: the descriptors' shapes, strides and padding)."""
+
+    def __init__(self, kernel, grid: tuple, descriptors: list, args: tuple, meta: dict):
+        binder = kernel.device_caches[driver.active.get_current_device()][4]
+        bound, _, _ = binder(*descriptors, *args, **meta)
+        self.values = list(bound.values())
+        n = len(descriptors)
+        self.tmas = [(d.shape, d.strides, d.padding) for d in descriptors]
+        self.tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        for i in range(n):
+            self.values[i] = None                     # (keep no tensor alive)
+        for i in self.tensors:
+            self.values[n + i] = None
+        compiled = kernel.run(*descriptors, *args, grid=grid, warmup=True, **meta)
+        self.kernel = compiled.result() if hasattr(compiled, "result") else compiled
+        self.grid = tuple(grid) + (1,) * (3 - len(grid))
+
+    def __call__(self, tiles: tuple, args: tuple) -> None:
+        values = list(self.values)
+        for i, ((t, _), (shape, strides, padding)) in enumerate(zip(tiles, self.tmas)):
+            values[i] = Tma(t, shape, strides, padding)   # (t's address is its folded view's)
+        n = len(tiles)
+        for i in self.tensors:
+            values[n + i] = args[i]
+        k = self.kernel
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
+
+
 def clear() -> None:
     """Forget every plan (after configs were changed by hand, e.g. a tuning sweep)."""
     for plans in Plans.registry:
