@@ -8,7 +8,7 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 over many calls, with a cProfile breakdown of the top functions.
 
     python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex|varlen] [--cache N] [--tma]
-        [--profile] [--gpu] [--check-plans]
+        [--profile] [--gpu] [--check-plans [decode|dense|gluon]]
 
 ``flex``: ``flex_attention`` forward+backward with a 50% random block mask; ``varlen``:
 ``flash_attn_varlen_func`` forward+backward over 4 packed sequences (512 tokens).
@@ -55,9 +55,11 @@ def main() -> int:
     p.add_argument("--gpu", action="store_true",
                    help="on a GPU machine: real launches; a host-bound call's wall time is its "
                         "host time (the GPU runs behind)")
-    p.add_argument("--check-plans", action="store_true",
-                   help="launches replayed from a plan (decode, flash_attn_func, varlen, flex) "
-                        "equal the ones the full path makes, over a set of call variants")
+    p.add_argument("--check-plans", nargs="?", const="all",
+                   choices=("all", "decode", "dense", "gluon"),
+                   help="launches replayed from a plan (decode, flash_attn_func, varlen, flex, "
+                        "the Gluon kernels) equal the ones the full path makes, over a set of "
+                        "call variants; one part, or all")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
@@ -71,7 +73,8 @@ def main() -> int:
     interface.resolve = kvcache.resolve = flex.resolve = lambda device: "triton"   # GPU path
 
     if args.check_plans:
-        return check_plans()
+        return check_plans("decode dense gluon" if args.check_plans == "all"
+                           else args.check_plans)
     if args.what == "decode":
         from flashtile.kernels import decode
         from flashtile.kvcache import flash_attn_with_kvcache
@@ -142,8 +145,10 @@ def main() -> int:
     return 0
 
 
-def check_plans() -> int:
-    """Every decode variant below is called on two sets of tensors of the same layout, with
+def check_plans(parts: str = "all") -> int:
+    """``parts``: decode, dense, gluon (each also a function below) or all.
+
+    Every decode variant below is called on two sets of tensors of the same layout, with
     plans off, then on (the first call records a plan, the second replays it); the launches
     (kernel, grid, every argument: the call's own tensors by address, the buffers it allocates
     by layout) must be the same with and without plans."""
@@ -194,53 +199,56 @@ def check_plans() -> int:
         return [(h, [arg(v) for v in a]) for h, a in seen]
 
     failures = 0
-    for b, cache in ((1, 4096), (16, 1024)):                 # split + combine; one kernel
-        for variant in ("plain", "misaligned q", "paged", "leftpad + window + softcap + alibi",
-                        "batch_idx"):
-            calls = []
-            for _ in range(2):                               # the recording call's, the replay's
-                q, kc, vc, kw = inputs(b, cache, variant)
+    if "decode" in parts:
+        for b, cache in ((1, 4096), (16, 1024)):                 # split + combine; one kernel
+            for variant in ("plain", "misaligned q", "paged", "leftpad + window + softcap + alibi",
+                            "batch_idx"):
+                calls = []
+                for _ in range(2):                   # the recording call's, the replay's
+                    q, kc, vc, kw = inputs(b, cache, variant)
 
-                def call(q=q, kc=kc, vc=vc, kw=kw):
-                    flash_attn_with_kvcache(q, kc, vc, causal=True, **kw)
-                call.tensors = [q, kc, vc, *(t for t in kw.values()
-                                             if isinstance(t, torch.Tensor))]
-                calls.append(call)
-            os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-            full = [launches(call) for call in calls]
-            os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-            before = len(decode._PLANS)
-            planned = [launches(call) for call in calls]      # records, then replays
-            recorded = len(decode._PLANS) == before + 1
-            ok = full == planned and len(full[0]) == (2 if b == 1 else 1)
-            failures += not (ok and recorded)
-            print(f"plans b{b} L{cache} {variant}: {'same launches' if ok else 'DIFFERENT'}, "
-                  f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
-    # Calls that differ from a recorded one in a single argument must not replay its plan.
-    q, kc, vc, kw = inputs(1, 4096, "plain")
-    changes = {"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
-               "scale": dict(softmax_scale=0.05), "alibi": dict(alibi_slopes=torch.rand(32)),
-               "not causal": dict(causal=False), "3 splits": dict(num_splits=3),
-               "leftpad": dict(cache_leftpad=torch.full((1,), 3, dtype=torch.int32)),
-               "shorter cache": dict(cache_seqlens=10)}
-    for name, change in changes.items():
-        def base():
-            flash_attn_with_kvcache(q, kc, vc, causal=True, **kw)
+                    def call(q=q, kc=kc, vc=vc, kw=kw):
+                        flash_attn_with_kvcache(q, kc, vc, causal=True, **kw)
+                    call.tensors = [q, kc, vc, *(t for t in kw.values()
+                                                 if isinstance(t, torch.Tensor))]
+                    calls.append(call)
+                os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
+                full = [launches(call) for call in calls]
+                os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
+                before = len(decode._PLANS)
+                planned = [launches(call) for call in calls]      # records, then replays
+                recorded = len(decode._PLANS) == before + 1
+                ok = full == planned and len(full[0]) == (2 if b == 1 else 1)
+                failures += not (ok and recorded)
+                print(f"plans b{b} L{cache} {variant}: {'same launches' if ok else 'DIFFERENT'}, "
+                      f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+        # Calls that differ from a recorded one in a single argument must not replay its plan.
+        q, kc, vc, kw = inputs(1, 4096, "plain")
+        changes = {"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
+                   "scale": dict(softmax_scale=0.05), "alibi": dict(alibi_slopes=torch.rand(32)),
+                   "not causal": dict(causal=False), "3 splits": dict(num_splits=3),
+                   "leftpad": dict(cache_leftpad=torch.full((1,), 3, dtype=torch.int32)),
+                   "shorter cache": dict(cache_seqlens=10)}
+        for name, change in changes.items():
+            def base():
+                flash_attn_with_kvcache(q, kc, vc, causal=True, **kw)
 
-        def changed():
-            flash_attn_with_kvcache(q, kc, vc, **{"causal": True, **kw, **change})
-        base.tensors = changed.tensors = [q, kc, vc, kw["cache_seqlens"], *(
-            t for t in change.values() if isinstance(t, torch.Tensor))]
-        failures += _replays_like_full(launches, base, changed,
-                                       f"plans, one argument changed ({name})")
-    plans = len(decode._PLANS)
-    alive = _tensors_kept_alive(lambda: inputs(2, 4096, "plain"), forget=seen.clear)
-    recorded = len(decode._PLANS) == plans + 1               # (a new signature)
-    failures += alive > 0 or not recorded
-    print(f"plans keep {alive} of the call's tensors alive "
-          f"({'planned' if recorded else 'NOT PLANNED'})")
-    failures += check_dense_plans(launches, seen)
-    failures += check_gluon_plans(launches)
+            def changed():
+                flash_attn_with_kvcache(q, kc, vc, **{"causal": True, **kw, **change})
+            base.tensors = changed.tensors = [q, kc, vc, kw["cache_seqlens"], *(
+                t for t in change.values() if isinstance(t, torch.Tensor))]
+            failures += _replays_like_full(launches, base, changed,
+                                           f"plans, one argument changed ({name})")
+        plans = len(decode._PLANS)
+        alive = _tensors_kept_alive(lambda: inputs(2, 4096, "plain"), forget=seen.clear)
+        recorded = len(decode._PLANS) == plans + 1               # (a new signature)
+        failures += alive > 0 or not recorded
+        print(f"plans keep {alive} of the call's tensors alive "
+              f"({'planned' if recorded else 'NOT PLANNED'})")
+    if "dense" in parts:
+        failures += check_dense_plans(launches, seen)
+    if "gluon" in parts:
+        failures += check_gluon_plans(launches)
     return 1 if failures else 0
 
 
