@@ -91,10 +91,11 @@ PY
       python3 -m flashtile bench --seqlens 512,1k,2k --headdims 128 --causal no --mode fwdbwd \
         --providers flashtile,cudnn --no-plot --out "$OUT/bench-outlier" 2>&1 \
         | tee "$OUT/bench-outlier.log" | tail -12 ;;
-    gluon) # the Gluon kernels' GPU tests (kernels/fwd_hopper.py, bwd_hopper.py), under a short
-      # limit (a kernel that hangs must not eat the call)
+    gluon) # the Gluon kernels' GPU tests (kernels/*_hopper.py), under a short limit (a kernel
+      # that hangs must not eat the call)
       FLASHTILE_AUTOTUNE=0 timeout ${GLUON_TEST_TIMEOUT:-240} python3 -m pytest -q -x -n 6 \
-        -p no:cacheprovider tests/test_fwd_hopper.py tests/test_bwd_hopper.py 2>&1 \
+        -p no:cacheprovider tests/test_fwd_hopper.py tests/test_bwd_hopper.py \
+        tests/test_dq_hopper.py 2>&1 \
         | tee "$OUT/gluon-tests.log" | tail -5 ;;
     gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / Gluon,
       # forward+backward with the tile-level dK/dV / the Gluon one (default) / Gluon dK/dV
