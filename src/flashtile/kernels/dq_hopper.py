@@ -173,21 +173,11 @@ def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DSUM, strid
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_D], do_desc.layout)
-    ds_smem = gl.allocate_shared_memory(
-        dtype, [2, BLOCK_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([BLOCK_M, BLOCK_N],
-                                                                           dtype))
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N],
+                                        fwd_hopper._p_layout(BLOCK_M, BLOCK_N, dtype))
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(q_bar.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
+    q_bar, k_ready, v_ready, empty = fwd_hopper._kv_ring_barriers(NUM_STAGES)
 
     gl.warp_specialize([
         (_dq_consume, (q_desc, do_desc, dq_desc, q_smem.index(0), do_smem.index(0),

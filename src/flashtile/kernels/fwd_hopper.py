@@ -117,6 +117,24 @@ def _query_block(n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr
 
 
 @gluon.jit
+def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
+    """The barriers of a CTA whose two consumers stream one K/V ring (the forward, dQ): each
+    consumer's Q barrier, and per slot K ready, V ready and empty (free again once both
+    consumers released it), initialised."""
+    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(q_bar.index(i), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    return q_bar, k_ready, v_ready, empty
+
+
+@gluon.jit
 def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
              kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     """Loader partition: K and V tiles 0..n_tiles-1 into the ring; a slot is refilled only after
@@ -289,25 +307,16 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     p_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, BLOCK_N],
                                        _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
-    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(q_bar.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
+    q_bar, k_ready, v_ready, empty = _kv_ring_barriers(NUM_STAGES)
 
     gl.warp_specialize([
         (_consume, (q_desc, o_desc, q_smem.index(0), p_smem.index(0), q_bar.index(0), k_smem,
-                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0, q_col, m0, n_tiles, n_unmasked,
-                    qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0, q_col, m0, n_tiles,
+                    n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
         (_consume, (q_desc, o_desc, q_smem.index(1), p_smem.index(1), q_bar.index(1), k_smem,
-                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0 + BLOCK_M, q_col, m0 + BLOCK_M,
-                    n_tiles, n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                    CAUSAL)),
+                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0 + BLOCK_M, q_col,
+                    m0 + BLOCK_M, n_tiles, n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D,
+                    NUM_STAGES, CAUSAL)),
         (_load_kv, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
                     n_tiles, BLOCK_N, NUM_STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
