@@ -89,10 +89,19 @@ def gluon_kernels(module: str, device: torch.device):
     return importlib.import_module(f".{module}", __package__)
 
 
+# Both read once, when the kernels are imported: each ``os.environ`` read costs ~1.5 us on the
+# development CPU and a forward+backward made eight of them (~15% of its host time).
+# The interpreter cannot change afterwards anyway: the kernels were defined for it
+# (:data:`INTERPRET_K`).
+_POISON = os.environ.get("FLASHTILE_POISON", "0") not in ("", "0")
+_INTERPRETING = interpreter_enabled()
+
+
 def alloc(shape, dtype, device) -> torch.Tensor:
-    """An output buffer; NaN-filled when ``FLASHTILE_POISON=1`` (the tests) so that any element a
-    kernel forgets to write shows up as NaN instead of passing on leftover memory."""
-    if os.environ.get("FLASHTILE_POISON", "0") not in ("", "0"):
+    """An output buffer; NaN-filled when ``FLASHTILE_POISON=1`` (the tests; read at import) so
+    that any element a kernel forgets to write shows up as NaN instead of passing on leftover
+    memory."""
+    if _POISON:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -103,7 +112,8 @@ def dot_precision(dtype: torch.dtype) -> str:
 
 
 def interpreting() -> bool:
-    return interpreter_enabled()
+    """Whether the kernels run in Triton's interpreter (``TRITON_INTERPRET``, as at import)."""
+    return _INTERPRETING
 
 
 def autotune_enabled() -> bool:
