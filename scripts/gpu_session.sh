@@ -143,9 +143,11 @@ PY
       python3 -m flashtile bench --seqlens ${HD_SEQLENS:-4k} --headdims 128 --gqa 8 --causal both \
         --mode fwd,fwdbwd --providers flashtile,cudnn --no-plot --out "$OUT/bench-gqa" 2>&1 \
         | tee "$OUT/bench-gqa.log" | tail -20 ;;
-    full)   # the issue-7 grid
-      python3 -m flashtile bench --full --providers flashtile,cudnn,flash \
-        --out "$OUT/bench-full" 2>&1 | tee "$OUT/bench-full.log" | tail -80 ;;
+    full)   # the issue-7 grid; one head dim per call fits the 10-minute limit (session 8):
+      # FULL_HEADDIMS=128, then 64
+      python3 -m flashtile bench --full --headdims ${FULL_HEADDIMS:-64,128} \
+        --providers flashtile,cudnn,flash --out "$OUT/bench-full-d${FULL_HEADDIMS:-all}" 2>&1 \
+        | tee "$OUT/bench-full-d${FULL_HEADDIMS:-all}.log" | tail -80 ;;
     long)
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
