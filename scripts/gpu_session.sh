@@ -145,9 +145,10 @@ PY
         | tee "$OUT/bench-gqa.log" | tail -20 ;;
     full)   # the issue-7 grid; one head dim per call fits the 10-minute limit (session 8):
       # FULL_HEADDIMS=128, then 64
+      name=bench-full-d$(echo ${FULL_HEADDIMS:-all} | tr , -)    # (no commas in names)
       python3 -m flashtile bench --full --headdims ${FULL_HEADDIMS:-64,128} \
-        --providers flashtile,cudnn,flash --out "$OUT/bench-full-d${FULL_HEADDIMS:-all}" 2>&1 \
-        | tee "$OUT/bench-full-d${FULL_HEADDIMS:-all}.log" | tail -80 ;;
+        --providers flashtile,cudnn,flash --out "$OUT/$name" 2>&1 | tee "$OUT/$name.log" \
+        | tail -80 ;;
     long)
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
