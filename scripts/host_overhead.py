@@ -212,16 +212,8 @@ def check_plans(parts: str = "all") -> int:
                     call.tensors = [q, kc, vc, *(t for t in kw.values()
                                                  if isinstance(t, torch.Tensor))]
                     calls.append(call)
-                os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-                full = [launches(call) for call in calls]
-                os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-                before = len(decode._PLANS)
-                planned = [launches(call) for call in calls]      # records, then replays
-                recorded = len(decode._PLANS) == before + 1
-                ok = full == planned and len(full[0]) == (2 if b == 1 else 1)
-                failures += not (ok and recorded)
-                print(f"plans b{b} L{cache} {variant}: {'same launches' if ok else 'DIFFERENT'}, "
-                      f"{'planned' if recorded else 'NOT PLANNED'} ({len(full[0])} kernels)")
+                failures += _planned_like_full(launches, calls, f"plans b{b} L{cache} {variant}",
+                                               lambda: len(decode._PLANS), 2 if b == 1 else 1)
         # Calls that differ from a recorded one in a single argument must not replay its plan.
         q, kc, vc, kw = inputs(1, 4096, "plain")
         changes = {"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
@@ -282,20 +274,13 @@ def check_gluon_plans(launches) -> int:
     failures = 0
     for kernel in ("fwd", "dkdv", "dq"):
         for d, hkv, causal in ((128, 8, False), (128, 2, True), (64, 8, True)):
-            calls = [make(kernel, d, hkv, causal) for _ in range(2)]
-            other = make(kernel, d, hkv, causal, scale=0.05)     # one argument changed
-            os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
-            full = [launches(call) for call in (*calls, other)]
-            os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
-            recorded = module[kernel]._LAUNCHES
-            before = len(recorded)
-            planned = [launches(call) for call in (*calls, other)]   # record, replay, record
-            ok = full == planned and len(full[0]) == 1 and full[2] != full[0]
-            replayed = len(recorded) == before + 2
-            failures += not (ok and replayed)
-            print(f"gluon plans {kernel} d{d} hkv{hkv} {'causal' if causal else 'full'}: "
-                  f"{'same launches' if ok else 'DIFFERENT'}, "
-                  f"{'replayed' if replayed else 'NOT REPLAYED'}")
+            label = f"gluon plans {kernel} d{d} hkv{hkv} {'causal' if causal else 'full'}"
+            failures += _planned_like_full(
+                launches, [make(kernel, d, hkv, causal) for _ in range(2)], label,
+                lambda: len(module[kernel]._LAUNCHES), 1)
+            failures += _replays_like_full(launches, make(kernel, d, hkv, causal),
+                                           make(kernel, d, hkv, causal, scale=0.05),
+                                           f"{label}, one argument changed (scale)")
     return failures
 
 

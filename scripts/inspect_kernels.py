@@ -93,12 +93,14 @@ def sass_of(cubin: bytes) -> str:
                               text=True).stdout
 
 
-def summarize(name, kernel, dump: Path | None) -> None:
+def summarize(name, kernel, dump: Path | None) -> tuple[str, str]:
+    """Print the kernel's ptxas report and instruction counts; returns (SASS, report)."""
     sass = sass_of(kernel.asm["cubin"])
     ops = collections.Counter(re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)",
                                          sass, re.M))
     ttgir = kernel.asm["ttgir"]
-    print(f"== {name}: {ptxas_report(kernel.asm['ptx'])}; shared {kernel.metadata.shared} B")
+    report = ptxas_report(kernel.asm["ptx"])
+    print(f"== {name}: {report}; shared {kernel.metadata.shared} B")
     keys = ("HGMMA", "HMMA", "LDL", "STL", "RED", "ATOM", "LDSM", "STS", "LDS", "LDGSTS",
             "UTMALDG", "BAR", "SYNCS")
     print("   SASS: " + ", ".join(f"{k} {sum(v for op, v in ops.items() if op.startswith(k))}"
@@ -111,6 +113,7 @@ def summarize(name, kernel, dump: Path | None) -> None:
         for ext in ("ttgir", "ptx"):
             (dump / f"{name}.{ext}").write_text(kernel.asm[ext])
         (dump / f"{name}.sass").write_text(sass)
+    return sass, report
 
 
 class GluonCapture:
@@ -146,11 +149,9 @@ def inspect_gluon(args, dtype) -> int:
     dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
-        summarize(name, kernel, args.dump)
-        sass = sass_of(kernel.asm["cubin"])      # (serialised: a wait after every HGMMA)
-        print(f"   wgmma waits: {sass.count('WARPGROUP.DEPBAR')} for "
-              f"{len(re.findall(r'HGMMA', sass))} HGMMA")
-        report = ptxas_report(kernel.asm["ptx"])
+        sass, report = summarize(name, kernel, args.dump)
+        print(f"   wgmma waits: {sass.count('WARPGROUP.DEPBAR')} for "   # (serialised: one per
+              f"{len(re.findall(r'HGMMA', sass))} HGMMA")                 # HGMMA)
         spilled = re.search(r"[1-9]\d* bytes spill", report) is not None
         clean &= not spilled and "Performance Loss" not in report
     print("ptxas: no spills, no serialised wgmma" if clean else

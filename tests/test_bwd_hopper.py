@@ -7,41 +7,19 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import assert_replays_match, assert_within_budget, count_calls
+from utils import (GLUON_SHAPES, assert_replays_match, assert_within_budget, gluon_switched_on,
+                   needs_hopper)
 
-import flashtile
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper
-
-GPU = torch.cuda.is_available()
-HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
-needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
     """Turns the Gluon dK/dV kernel on (as by default) and counts its launches (the real one
     runs)."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
-    calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
-    flashtile.set_backend("triton")
-    yield calls
-    flashtile.set_backend(None)
-
-
-def test_on_by_default(monkeypatch):
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD", raising=False)
-    assert bwd_hopper.enabled()
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "0")
-    assert not bwd_hopper.enabled()
-
-
-def test_cpu_tensors_never_take_it(monkeypatch):
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1")
-    q = torch.randn(1, 256, 2, 64, dtype=torch.float16)
-    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
-    assert not bwd_hopper.supports(q, q, q, q, params)
+    yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
 @pytest.mark.parametrize("module", ["bwd_hopper", "dq_hopper"])
@@ -66,20 +44,25 @@ def test_tile_and_dout_conditions(monkeypatch, module):
     assert not kernel.supports(strided, q, k, v, params), "dout TMA cannot read"
 
 
-# (b, s, hq, hkv, d): GQA and MQA (dK/dV summed over the group in registers), one and several
-# key tiles per CTA, both head dims
-SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
-
-
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+@pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
 def test_gluon_dkdv(gluon_calls, shape, causal, dtype):
+    """(GQA: dK/dV summed over the group in registers.)"""
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon dK/dV kernel"
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_causal_as_a_window(gluon_calls):
+    """A non-causal call with the window (-1, 0) has the causal mask (sq == sk): the Gluon
+    kernels read the mask from the window, as the tile-level ones do."""
+    check(1, 512, 512, 4, 2, 128, 128, torch.bfloat16, window=(-1, 0))
+    assert len(gluon_calls) == 1
 
 
 @pytest.mark.gpu

@@ -7,39 +7,15 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import assert_replays_match, count_calls
+from utils import GLUON_SHAPES, assert_replays_match, count_calls, gluon_switched_on, needs_hopper
 
-import flashtile
-from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper
-
-GPU = torch.cuda.is_available()
-HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
-needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
 
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
     """Turns the (opt-in) Gluon dQ kernel on and counts its launches (the real one runs)."""
-    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
-    calls = count_calls(monkeypatch, dq_hopper, "dq")
-    flashtile.set_backend("triton")
-    yield calls
-    flashtile.set_backend(None)
-
-
-def test_off_by_default(monkeypatch):
-    monkeypatch.delenv("FLASHTILE_GLUON_DQ", raising=False)
-    assert not dq_hopper.enabled()
-    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
-    assert dq_hopper.enabled()
-
-
-def test_cpu_tensors_never_take_it(monkeypatch):
-    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
-    q = torch.randn(1, 256, 2, 64, dtype=torch.float16)
-    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
-    assert not dq_hopper.supports(q, q, q, q, params)
+    yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_DQ", dq_hopper, "dq")
 
 
 def test_config_override(monkeypatch):
@@ -49,17 +25,12 @@ def test_config_override(monkeypatch):
     assert dq_hopper.config(128) == dq_hopper._CONFIGS[128]
 
 
-# (b, s, hq, hkv, d): GQA and MQA (the KV head is h // group), one and several CTAs per head,
-# both head dims
-SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
-
-
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("dkdv", ["gluon-dkdv", "tile-dkdv"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+@pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
 def test_gluon_dq(gluon_calls, monkeypatch, shape, causal, dtype, dkdv):
     """dQ from the Gluon kernel, dK/dV from the Gluon kernel (the default) or the tile-level
     one (``FLASHTILE_GLUON_BWD=0``)."""

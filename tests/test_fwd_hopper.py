@@ -10,24 +10,16 @@ import sys
 import pytest
 import torch
 from test_kernels import check
-from utils import count_calls
+from utils import GLUON_SHAPES, gluon_switched_on, needs_hopper
 
-import flashtile
 from flashtile.interface import _flash_params
-from flashtile.kernels import fwd_hopper
-
-GPU = torch.cuda.is_available()
-HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
+from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
 
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
     """Turns the (opt-in) Gluon forward on and counts its launches (the real one runs)."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
-    calls = count_calls(monkeypatch, fwd_hopper, "forward")
-    flashtile.set_backend("triton")
-    yield calls
-    flashtile.set_backend(None)
+    yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_FWD", fwd_hopper, "forward")
 
 
 def test_folded_view_only_for_foldable_strides():
@@ -37,6 +29,23 @@ def test_folded_view_only_for_foldable_strides():
     assert torch.equal(f.view(2, 8, 3, 16), t)
     assert fwd_hopper.folded(torch.randn(2, 3, 8, 16).transpose(1, 2)) is None   # (b, h, s, d)
     assert fwd_hopper.folded(torch.randn(2, 8, 3, 32)[..., :16]) is None         # d sliced
+
+
+@pytest.mark.parametrize("causal,window,sk,covered,masked", [
+    (True, (-1, -1), 512, True, True), (False, (-1, 0), 512, True, True),
+    (False, (-1, -1), 512, True, False), (True, (-1, -1), 768, False, True),
+    (False, (8, 0), 512, False, True), (False, (-1, 4), 512, False, False)])
+def test_cover_reads_the_mask_from_the_window(monkeypatch, causal, window, sk, covered, masked):
+    """The Gluon kernels take no window or the causal one ((-1, 0), also when given as a
+    window; it needs sq == sk), and their CAUSAL flag comes from the window, as the tile-level
+    kernels' mask does (so a plan key, which holds the window, decides it). The device is
+    stubbed as an sm_90 GPU."""
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
+    k = torch.randn(1, sk, 2, 128, dtype=torch.bfloat16)
+    params, _ = _flash_params(q, k, k, 0.0, None, causal, window, 0.0, None, False)
+    assert fwd_hopper.covers(q, k, k, params) == covered
+    assert fwd_hopper.causal(params) == masked
 
 
 def test_gluon_is_imported_only_where_it_runs():
@@ -64,31 +73,28 @@ def test_gluon_is_imported_only_where_it_runs():
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
-def test_cpu_tensors_never_take_it(monkeypatch):
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+@pytest.mark.parametrize("module,variable,default", [
+    (fwd_hopper, "FLASHTILE_GLUON_FWD", False), (bwd_hopper, "FLASHTILE_GLUON_BWD", True),
+    (dq_hopper, "FLASHTILE_GLUON_DQ", False)], ids=["fwd", "dkdv", "dq"])
+def test_switches_and_cpu_tensors(monkeypatch, module, variable, default):
+    """Each Gluon kernel's switch and its default (dK/dV on, the others opt-in); switched on,
+    CPU tensors never take it."""
+    monkeypatch.delenv(variable, raising=False)
+    assert module.enabled() == default
+    monkeypatch.setenv(variable, "0")
+    assert not module.enabled()
+    monkeypatch.setenv(variable, "1")
+    assert module.enabled()
     q = torch.randn(1, 256, 2, 64, dtype=torch.float16)
     params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
-    assert not fwd_hopper.supports(q, q, q, params)
-
-
-def test_off_by_default(monkeypatch):
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD", raising=False)
-    assert not fwd_hopper.enabled()
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
-    assert fwd_hopper.enabled()
-
-
-needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
-
-# (b, s, hq, hkv, d): GQA and MQA, one and several query tiles, both head dims
-SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64), (1, 2048, 2, 2, 64)]
+    assert not module.supports(*(q,) * (3 if module is fwd_hopper else 4), params)
 
 
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+@pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
 def test_gluon_forward_and_gradients(gluon_calls, shape, causal, dtype):
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import flashtile
@@ -13,6 +14,12 @@ DEVICE = "cuda" if GPU else "cpu"
 DTYPE = torch.float16 if GPU else torch.float32
 FLOOR = {torch.float32: 2e-5, torch.float16: 1e-3, torch.bfloat16: 8e-3}
 BACKENDS = ["triton", "torch"]
+HOPPER = GPU and torch.cuda.get_device_capability()[0] == 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="needs an sm_90 GPU")
+# (b, s, hq, hkv, d) of the Gluon kernels' GPU tests: GQA and MQA, one and several tiles per
+# head, both head dims
+GLUON_SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64),
+                (1, 2048, 2, 2, 64)]
 
 
 def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -44,8 +51,6 @@ def shape_id(b, sq, sk, hq, hkv, d, dv=None) -> str:
     return s if dv == d else s + f"-Dv{dv}"
 
 
-
-
 def count_calls(monkeypatch, module, name: str) -> list:
     """Wrap ``module.name`` (the real one still runs) and return the list that collects the
     shape of each call's first argument."""
@@ -57,6 +62,16 @@ def count_calls(monkeypatch, module, name: str) -> list:
         return real(*args, **kwargs)
     monkeypatch.setattr(module, name, spy)
     return calls
+
+
+def gluon_switched_on(monkeypatch, variable: str, module, name: str):
+    """The Gluon test files' fixture body: switches ``variable`` on and yields the calls of
+    ``module.name`` (:func:`count_calls`: the real one runs), on the triton backend."""
+    monkeypatch.setenv(variable, "1")
+    calls = count_calls(monkeypatch, module, name)
+    flashtile.set_backend("triton")
+    yield calls
+    flashtile.set_backend(None)
 
 
 def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
@@ -80,5 +95,6 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
             assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
 
 
-__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GPU", "assert_replays_match",
-           "assert_within_budget", "count_calls", "flashtile", "max_err", "shape_id"]
+__all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GLUON_SHAPES", "GPU", "HOPPER",
+           "assert_replays_match", "assert_within_budget", "count_calls", "flashtile",
+           "gluon_switched_on", "max_err", "needs_hopper", "shape_id"]

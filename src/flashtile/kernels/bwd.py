@@ -39,10 +39,10 @@ from ..reference.dense import sum_to_shape
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, gluon_kernels, interpreting, load_tile, mod_args,
-                     padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds, seq_bucket, sparse_args,
-                     strides, tile_ranges, tile_start, next_tile_start, varlen_args,
-                     varlen_sequence, window_args)
+                     dropout_keep, gluon_kernels, gluon_settings, interpreting, load_tile,
+                     mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args,
+                     seq_bounds, seq_bucket, sparse_args, strides, tile_ranges, tile_start,
+                     next_tile_start, varlen_args, varlen_sequence, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
@@ -513,6 +513,13 @@ def dq_mode(deterministic: bool = False) -> str:
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
 
 
+def _gluon_kernel(module: str, dout, q, k, v, params):
+    """The Gluon kernel module ``module`` (sm_90) when it is switched on and covers this dense
+    call, else None."""
+    kernel = gluon_kernels(module, q.device)
+    return kernel if kernel is not None and kernel.supports(dout, q, k, v, params) else None
+
+
 def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     """Launch the three backward kernels.
 
@@ -530,33 +537,35 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     atomic = dq_mode(params.deterministic) == "atomic"
-    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, or from
-    # the opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1)
-    dense = not (varlen or atomic or need_bias_grad)
-    hopper = gluon_kernels("bwd_hopper", q.device) if dense else None
-    gluon = hopper is not None and hopper.supports(dout, q, k, v, params)
-    hopper_dq = gluon_kernels("dq_hopper", q.device) if dense else None
-    gluon_dq = hopper_dq is not None and hopper_dq.supports(dout, q, k, v, params)
     # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned. The Gluon
     # kernels' TMA descriptors hold the call's pointers, so they are launched after the replay
     # of the other launches, through their own plans (plans.GluonLaunches): unplanned, that
     # backward cost 1,406 us of host time on the H200's host against 728, session 10.)
     key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
-        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), gluon, gluon_dq)
+        # The Gluon choice is a function of the key (its switches and configs are in it), so
+        # a plan keeps it and a replay skips the checks (~20 us on the development CPU).
+        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse),
+               gluon_settings(q.device, ("bwd_hopper", "dq_hopper")))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
             dq4, dk4, dv4, dsum = plan.replay(inputs, q.device)
-            if gluon:
+            hopper, hopper_dq = plan.extra
+            if hopper is not None:
                 hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
-            if gluon_dq:
+            if hopper_dq is not None:
                 hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
             return tuple(g[0].detach() for g in (dq4, dk4, dv4)) if varlen else (dq4, dk4, dv4)
         record = plans.Recorder()
     else:
         record = None
+    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, or from
+    # the opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1)
+    dense = not (varlen or atomic or need_bias_grad)
+    hopper, hopper_dq = (_gluon_kernel(m, dout, q, k, v, params) if dense else None
+                         for m in ("bwd_hopper", "dq_hopper"))
     # varlen: the gradients (total, h, d) alias the kernels' (1, total, h, d) buffers
     # (detached, as the forward's output)
     dq4 = alloc(q.shape, q.dtype, q.device)
@@ -612,7 +621,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    if gluon:
+    if hopper is not None:
         hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
     else:
         plans.launch(record, _dkdv_launch, dkdv_grid, (
@@ -625,7 +634,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
-    elif gluon_dq:
+    elif hopper_dq is not None:
         hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
     else:
         plans.launch(record, _dq_launch, dq_grid, (
@@ -634,9 +643,12 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
     if record is not None:
-        _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
-                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv", "dsum"),
-                                    plans.CALL_VALUES))
+        plan = record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
+                           ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv", "dsum"),
+                           plans.CALL_VALUES)
+        if plan is not None:
+            plan.extra = (hopper, hopper_dq)
+        _PLANS.put(key, plan)
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

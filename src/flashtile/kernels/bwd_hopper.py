@@ -229,7 +229,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
 def config(d: int) -> tuple[int, int, int, int]:
     """(keys per consumer, queries per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_BWD_CONFIG=keys,queries,slots,regs`` overrides it (for sweeps)."""
-    return fwd_hopper.env_config("FLASHTILE_GLUON_BWD_CONFIG", _CONFIGS, d)
+    return fwd_hopper.env_config("bwd_hopper", _CONFIGS, d)
 
 
 def enabled() -> bool:
@@ -265,5 +265,5 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
          hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4),
+             CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
         fwd_hopper.descriptor)

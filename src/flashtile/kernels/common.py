@@ -56,34 +56,47 @@ def padded_headdim(d: int) -> int:
     return max(16, next_pow2(d))
 
 
-# The Gluon kernels for sm_90 (modules of this package): their switch and its default. The
-# dK/dV kernel is on by default (faster than the tile-level one, docs/perf.md session 10);
-# the forward is opt-in (at parity, session 9); so is dQ (no net gain, session 10).
-GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "0"),
-                  "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1"),
-                  "dq_hopper": ("FLASHTILE_GLUON_DQ", "0")}
+# The Gluon kernels for sm_90 (modules of this package): their switch, its default, and the
+# variable that overrides their config (sweeps). The dK/dV kernel is on by default (faster
+# than the tile-level one, docs/perf.md session 10); the forward is opt-in (at parity,
+# sessions 9-10); so is dQ (no net gain, session 10).
+GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "0", "FLASHTILE_GLUON_FWD_CONFIG"),
+                  "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1", "FLASHTILE_GLUON_BWD_CONFIG"),
+                  "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
 
 
 def gluon_switch_on(module: str) -> bool:
     """Whether the Gluon kernel ``module`` is switched on (its variable, else its default, is
     not 0)."""
-    name, default = GLUON_SWITCHES[module]
+    name, default, _ = GLUON_SWITCHES[module]
     return os.environ.get(name, default) not in ("", "0")
 
 
+def gluon_settings(device: torch.device, modules: tuple[str, ...]) -> tuple | None:
+    """All that a call's choice of the Gluon ``modules`` reads besides its signature (for a
+    plan key): None off sm_90, where none runs; else their switches' and config overrides'
+    values."""
+    if not is_sm90(device):
+        return None
+    return tuple(os.environ.get(name) for m in modules for name in GLUON_SWITCHES[m][::2])
+
+
 @functools.lru_cache(maxsize=None)
-def _is_sm90(index: int) -> bool:
+def _sm90(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
+
+
+def is_sm90(device: torch.device) -> bool:
+    """Whether ``device`` is a Hopper GPU (the capability is looked up once per device)."""
+    return device.type == "cuda" and _sm90(device.index if device.index is not None
+                                           else torch.cuda.current_device())
 
 
 def gluon_kernels(module: str, device: torch.device):
     """The Gluon kernel module ``module`` when ``device`` is an sm_90 GPU and the module is
     switched on, else None. Imported on first use: ``triton.experimental.gluon`` and the
     kernels add ~35 ms to ``import flashtile``, which no CPU or non-Hopper user should pay."""
-    if device.type != "cuda" or not _is_sm90(device.index if device.index is not None
-                                             else torch.cuda.current_device()):
-        return None
-    if not gluon_switch_on(module):
+    if not is_sm90(device) or not gluon_switch_on(module):
         return None
     import importlib
     return importlib.import_module(f".{module}", __package__)

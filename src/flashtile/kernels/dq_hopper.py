@@ -197,7 +197,7 @@ def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DSUM, strid
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_DQ_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
-    return fwd_hopper.env_config("FLASHTILE_GLUON_DQ_CONFIG", _CONFIGS, d)
+    return fwd_hopper.env_config("dq_hopper", _CONFIGS, d)
 
 
 def enabled() -> bool:
@@ -232,5 +232,5 @@ def dq(q, k, v, dout, lse, dsum, dq_out, params) -> None:
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hq,
          hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E, params.softmax_scale),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4),
+             CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
         fwd_hopper.descriptor)

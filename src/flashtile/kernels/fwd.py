@@ -22,9 +22,9 @@ from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
                      dropout_keep, env_block, gluon_kernels, interpreting, load_tile, mod_args,
-                     padded_headdim, prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
-                     softmax_step, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
-                     varlen_args, window_args)
+                     padded_headdim, prune_configs, query_tile, score_args, scores_log2,
+                     seq_bounds, seq_bucket, softmax_step, sparse_args, strides, tile_ranges,
+                     tile_start, next_tile_start, varlen_args, window_args)
 
 
 @triton.jit

@@ -49,7 +49,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
 from . import plans
-from .common import gluon_switch_on
+from .common import GLUON_SWITCHES, gluon_switch_on, is_sm90
 
 LOG2E = 1.4426950408889634
 
@@ -322,17 +322,17 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def env_config(variable: str, configs: dict, d: int) -> tuple[int, int, int, int]:
-    """``configs[d]``, or the four integers of ``variable`` (``a,b,c,d``) when it is set: the
-    Gluon kernels' config overrides, for sweeps."""
-    text = os.environ.get(variable)
+def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
+    """``configs[d]``, or the four integers (``a,b,c,d``) of the Gluon kernel ``module``'s
+    config override when it is set (:data:`.common.GLUON_SWITCHES`; for sweeps)."""
+    text = os.environ.get(GLUON_SWITCHES[module][2])
     return tuple(int(x) for x in text.split(",")) if text else configs[d]
 
 
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
-    return env_config("FLASHTILE_GLUON_FWD_CONFIG", _CONFIGS, d)
+    return env_config("fwd_hopper", _CONFIGS, d)
 
 
 def folded(t: torch.Tensor) -> torch.Tensor | None:
@@ -368,8 +368,10 @@ def enabled() -> bool:
 
 def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     """The device, dtype, feature, head-dim and layout conditions that this kernel and the
-    Gluon dK/dV kernel (:mod:`.bwd_hopper`) share; each adds its own tile multiples."""
-    if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
+    Gluon dK/dV and dQ kernels share; each adds its own tile multiples. The mask is read from
+    the window, as the tile-level kernels do: none, or causal (``(-1, 0)``, which needs
+    ``seqlen_q == seqlen_k``; :func:`causal`)."""
+    if not is_sm90(q.device):
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
         return False
@@ -378,14 +380,19 @@ def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     if (params.dropout_p or params.softcap or params.alibi_slopes is not None
             or params.attn_bias is not None or params.score_mod is not None
             or params.mask_mod is not None or params.block_mask is not None
-            or params.window_left != -1 or params.window_right != (0 if params.causal else -1)):
+            or params.window_left != -1 or params.window_right not in (0, -1)):
         return False
     d = q.shape[3]
     if d not in _CONFIGS or k.shape[3] != d or v.shape[3] != d:
         return False
-    if params.causal and q.shape[1] != k.shape[1]:
+    if causal(params) and q.shape[1] != k.shape[1]:
         return False
     return all(folded(t) is not None for t in (q, k, v))
+
+
+def causal(params) -> bool:
+    """The Gluon kernels' CAUSAL flag: the window ``(-1, 0)``."""
+    return params.window_right == 0
 
 
 def gradient_tiles_fit(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_tile: int,
@@ -400,8 +407,8 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     """True when this kernel can run the call (see the module docstring)."""
     if not (enabled() and covers(q, k, v, params)):
         return False
-    rows, keys = 2 * config(q.shape[3])[0], config(q.shape[3])[1]
-    return q.shape[1] % rows == 0 and k.shape[1] % keys == 0
+    rows, keys = config(q.shape[3])[:2]
+    return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -420,5 +427,5 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
         (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=bool(params.causal), CONSUMER_REGS=regs, num_warps=4),
+             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4),
         descriptor)

@@ -161,10 +161,12 @@ class _Launch:
 
 class Plan:
     """A call signature's launches, the buffers each call allocates and the outputs it
-    returns (by name)."""
+    returns (by name); ``extra``: what else the caller decided for the signature (the
+    backward: which Gluon kernels run after the replay)."""
 
     def __init__(self, launches: list[_Launch], buffers: list[tuple], outputs: tuple[str, ...]):
         self.launches, self.buffers, self.outputs = launches, buffers, outputs
+        self.extra = None
 
     def replay(self, tensors: dict, device: torch.device) -> tuple:
         """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
