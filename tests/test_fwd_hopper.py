@@ -73,12 +73,31 @@ def test_gluon_is_imported_only_where_it_runs():
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
+@pytest.mark.parametrize("switch,d,causal,runs", [
+    (None, 128, False, True), (None, 128, True, True), (None, 64, False, True),
+    (None, 64, True, False), ("auto", 64, True, False), ("1", 64, True, True),
+    ("0", 128, False, False)])
+def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, causal, runs):
+    """Unset or ``auto``, the Gluon forward takes the (head dim, mask) cases where it beat the
+    tile-level forward on the H200 (d=128, d=64 unmasked; docs/perf.md session 11); ``1``
+    forces it on every covered call, ``0`` off. The device is stubbed as an sm_90 GPU."""
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    if switch is None:
+        monkeypatch.delenv("FLASHTILE_GLUON_FWD", raising=False)
+    else:
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD", switch)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    q = torch.randn(1, 512, 2, d, dtype=torch.bfloat16)
+    params, _ = _flash_params(q, q, q, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    assert fwd_hopper.supports(q, q, q, params) == runs
+
+
 @pytest.mark.parametrize("module,variable,default", [
-    (fwd_hopper, "FLASHTILE_GLUON_FWD", False), (bwd_hopper, "FLASHTILE_GLUON_BWD", True),
+    (fwd_hopper, "FLASHTILE_GLUON_FWD", True), (bwd_hopper, "FLASHTILE_GLUON_BWD", True),
     (dq_hopper, "FLASHTILE_GLUON_DQ", False)], ids=["fwd", "dkdv", "dq"])
 def test_switches_and_cpu_tensors(monkeypatch, module, variable, default):
-    """Each Gluon kernel's switch and its default (dK/dV on, the others opt-in); switched on,
-    CPU tensors never take it."""
+    """Each Gluon kernel's switch and its default (dK/dV on, the forward on where it measured
+    ahead, dQ opt-in); switched on, CPU tensors never take it."""
     monkeypatch.delenv(variable, raising=False)
     assert module.enabled() == default
     monkeypatch.setenv(variable, "0")
@@ -140,6 +159,18 @@ def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
     shape, kwargs = fallback_call(case, monkeypatch)
     check(*shape, **kwargs)
     assert gluon_calls == []
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("d,causal,runs", [(128, True, True), (64, False, True),
+                                           (64, True, False)])
+def test_default_choice_on_the_gpu(gluon_calls, monkeypatch, d, causal, runs):
+    """With the switch unset, the Gluon forward runs the cases of ``AHEAD`` only; the others
+    take the tile-level kernel; both within budget."""
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD")
+    check(1, 512, 512, 2, 2, d, d, torch.bfloat16, causal=causal)
+    assert len(gluon_calls) == (1 if runs else 0)
 
 
 @pytest.mark.gpu

@@ -58,18 +58,24 @@ def padded_headdim(d: int) -> int:
 
 # The Gluon kernels for sm_90 (modules of this package): their switch, its default, and the
 # variable that overrides their config (sweeps). The dK/dV kernel is on by default (faster
-# than the tile-level one, docs/perf.md session 10); the forward is opt-in (at parity,
-# sessions 9-10); so is dQ (no net gain, session 10).
-GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "0", "FLASHTILE_GLUON_FWD_CONFIG"),
+# than the tile-level one, docs/perf.md session 10); the forward is on where it measured ahead
+# ("auto": d=128, and d=64 without the causal mask; session 11); dQ is opt-in (no net gain,
+# session 10).
+GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON_FWD_CONFIG"),
                   "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1", "FLASHTILE_GLUON_BWD_CONFIG"),
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
 
 
-def gluon_switch_on(module: str) -> bool:
-    """Whether the Gluon kernel ``module`` is switched on (its variable, else its default, is
-    not 0)."""
+def gluon_switch(module: str) -> str:
+    """The Gluon kernel ``module``'s switch: its variable, else its default (``"auto"``: on
+    where it measured ahead, the module decides; ``"0"`` or empty: off; anything else: on)."""
     name, default, _ = GLUON_SWITCHES[module]
-    return os.environ.get(name, default) not in ("", "0")
+    return os.environ.get(name, default)
+
+
+def gluon_switch_on(module: str) -> bool:
+    """Whether the Gluon kernel ``module`` is switched on (``auto`` included)."""
+    return gluon_switch(module) not in ("", "0")
 
 
 def gluon_settings(device: torch.device, modules: tuple[str, ...]) -> tuple | None:

@@ -12,21 +12,25 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
 - **intra-warpgroup overlap**: each consumer issues the next tile's ``S = Q K^T`` before it
   runs the current tile's exp2 and row sums, which then run while the tensor cores work.
 
-Status (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
+History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
 2-30% slower and was dropped. Session 10 measured it below the tile-level forward (geomean
-0.75x against 0.81x cuDNN over d 64/128 x 1k/4k/16k x causal, worst at causal 1k). So it is
-opt-in: ``FLASHTILE_GLUON_FWD=1``.
+0.75x against 0.81x cuDNN over d 64/128 x 1k/4k/16k x causal, worst at causal 1k).
 
 Those measurements had none of the intended overlap: ptxas serialised every wgmma of the
 kernel (C7512, "insufficient register resources"; each HGMMA followed by a wait), found
 offline with ``scripts/inspect_kernels.py --gluon``. Neither ``setmaxnreg`` (168 to 248), tile
 widths (16 to 128 keys), issue order nor dropping O's rescale changed that verdict; P as a
 register A operand of ``P V`` did: with P stored to a shared-memory tile, the kernel compiles
-with one wait per tile (8 for 48 HGMMA) and no spills at d 64/128, causal or not (session 10,
-offline; **not yet run on a GPU**). A ``pipelined`` schedule (one 8-warp partition issuing its
-own loads) measured 6-20% slower than the serialised one in session 10 and was removed.
+with one wait per tile (8 for 48 HGMMA) and no spills at d 64/128, causal or not. On the H200
+(session 11, same run against cuDNN, bf16, 1k/4k/16k) that put it ahead of the tile-level
+forward at d=128 (+2% to +10% at five of six points, -3% at causal 1k) and at d=64 without the
+mask (+16% at 1k, +0.5% at 4k and 16k), and behind it at d=64 causal (-3% to -23%; no config
+of the sweep closed that). So by default (``FLASHTILE_GLUON_FWD`` unset or ``auto``) it runs those cases only
+(:data:`AHEAD`); ``=1`` runs every covered call through it, ``=0`` none. A ``pipelined``
+schedule (one 8-warp partition issuing its own loads) measured 6-20% slower than the
+warp-specialised one in session 10 and was removed.
 
 It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
@@ -49,14 +53,17 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
 from . import plans
-from .common import GLUON_SWITCHES, gluon_switch_on, is_sm90
+from .common import GLUON_SWITCHES, gluon_switch, gluon_switch_on, is_sm90
 
 LOG2E = 1.4426950408889634
 
 # (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers)
 # (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%; d=64 at
 # 128 keys x 4 slots beat 64 keys by 9-10%)
+# (session 11 again: at d=64, 64 keys x 4 or 6 slots 15-25% slower, 128 x 3 slots 5-10%)
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
+# (head dim, causal) where it runs by default: measured ahead of the tile-level forward
+AHEAD = frozenset({(64, False), (128, False), (128, True)})
 _LAUNCHES = plans.GluonLaunches()
 last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
 
@@ -361,8 +368,8 @@ def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 
 
 def enabled() -> bool:
-    """Opt-in (``FLASHTILE_GLUON_FWD=1``): measured at parity with the autotuned tile-level
-    forward or below it (docs/perf.md, sessions 9-10), so the default stays with that one."""
+    """Switched on: ``FLASHTILE_GLUON_FWD`` unset, ``auto`` (the cases of :data:`AHEAD`) or
+    ``1`` (every covered call); ``0`` turns it off."""
     return gluon_switch_on("fwd_hopper")
 
 
@@ -404,8 +411,12 @@ def gradient_tiles_fit(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_t
 
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
-    """True when this kernel can run the call (see the module docstring)."""
-    if not (enabled() and covers(q, k, v, params)):
+    """True when this kernel runs the call: switched on, covered (see the module docstring),
+    and under ``auto`` a case of :data:`AHEAD`."""
+    switch = gluon_switch("fwd_hopper")
+    if switch in ("", "0") or not covers(q, k, v, params):
+        return False
+    if switch == "auto" and (q.shape[3], causal(params)) not in AHEAD:
         return False
     rows, keys = config(q.shape[3])[:2]
     return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
