@@ -12,7 +12,7 @@ from utils import (GLUON_SHAPES, assert_replays_match, assert_within_budget, glu
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd_hopper
+from flashtile.kernels import bwd_hopper, fwd_hopper
 
 
 @pytest.fixture
@@ -133,7 +133,8 @@ def test_strided_dout_falls_back(gluon_calls):
 @pytest.mark.gpu
 @needs_hopper
 def test_bench_rows_name_the_gluon_kernel():
-    """The bench's flashtile rows say that dK/dV ran in the Gluon kernel (with its config)."""
+    """The bench's flashtile rows say that dK/dV and, at d=128, the forward ran in the Gluon
+    kernels (with their configs); dQ did not (opt-in)."""
     from flashtile.bench import providers
     from flashtile.bench.cases import BenchCase
     provider = providers.FlashtileProvider()
@@ -146,4 +147,6 @@ def test_bench_rows_name_the_gluon_kernel():
     configs = provider.launched_configs(case, device)
     assert configs["dkdv"] == "gluon {}x{}/{}s".format(2 * bwd_hopper.config(128)[0],
                                                        *bwd_hopper.config(128)[1:3]), configs
-    assert not configs["fwd"].startswith("gluon") and not configs["dq"].startswith("gluon")
+    assert configs["fwd"] == "gluon {}x{}/{}s".format(2 * fwd_hopper.config(128)[0],
+                                                      *fwd_hopper.config(128)[1:3]), configs
+    assert not configs["dq"].startswith("gluon"), configs
