@@ -8,10 +8,12 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 over many calls, with a cProfile breakdown of the top functions.
 
     python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex|varlen] [--cache N] [--tma]
-        [--profile] [--gpu] [--check-plans [decode|dense|gluon]]
+        [--profile] [--gpu] [--gluon] [--check-plans [decode|dense|gluon]]
 
 ``flex``: ``flex_attention`` forward+backward with a 50% random block mask; ``varlen``:
 ``flash_attn_varlen_func`` forward+backward over 4 packed sequences (512 tokens).
+``--gluon``: the CPU stands in for an sm_90 GPU in the Gluon kernels' checks too, so fwd and
+fwdbwd take the Gluon kernels where a Hopper call would (their launches no-ops as well).
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ def main() -> int:
     p.add_argument("--gpu", action="store_true",
                    help="on a GPU machine: real launches; a host-bound call's wall time is its "
                         "host time (the GPU runs behind)")
+    p.add_argument("--gluon", action="store_true",
+                   help="without --gpu: the Gluon kernels' sm_90 check passes for CPU tensors, "
+                        "so their host path is timed")
     p.add_argument("--check-plans", nargs="?", const="all",
                    choices=("all", "decode", "dense", "gluon"),
                    help="launches replayed from a plan (decode, flash_attn_func, varlen, flex, "
@@ -71,6 +76,9 @@ def main() -> int:
     import flashtile
     from flashtile import flex, interface, kvcache
     interface.resolve = kvcache.resolve = flex.resolve = lambda device: "triton"   # GPU path
+    if args.gluon and not args.gpu:
+        from flashtile.kernels import common, fwd_hopper
+        common.is_sm90 = fwd_hopper.is_sm90 = lambda device: True
 
     if args.check_plans:
         return check_plans("decode dense gluon" if args.check_plans == "all"
