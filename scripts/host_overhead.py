@@ -249,6 +249,7 @@ def check_plans(parts: str = "all") -> int:
         failures += check_dense_plans(launches, seen)
     if "gluon" in parts:
         failures += check_gluon_plans(launches)
+        failures += check_gluon_dense_plans(launches)
     return 1 if failures else 0
 
 
@@ -292,41 +293,48 @@ def check_gluon_plans(launches) -> int:
     return failures
 
 
+def _dense_inputs(variant, b=2, s=256, hq=8, hkv=8, d=128, dtype=torch.bfloat16):
+    """q, k, v, dout and flash_attn_func's keywords of a dense-plans variant (causal unless
+    ``not causal``)."""
+    if variant == "gqa 8/2":
+        hkv = 2
+    if variant == "d 96":
+        d = 96
+    q, k, v = (torch.randn(b, s, h, d, dtype=dtype, requires_grad=True)
+               for h in (hq, hkv, hkv))
+    if variant == "misaligned q":                        # data_ptr % 16 == 2
+        q = torch.randn(q.numel() + 1, dtype=dtype)[1:].view(q.shape).requires_grad_()
+    if variant == "transposed k":                        # (b, h, s, d) memory
+        k = k.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+    kw = dict(causal=variant != "not causal")
+    kw.update({"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
+               "alibi (h)": dict(alibi_slopes=torch.rand(hq)),
+               "alibi (b, h)": dict(alibi_slopes=torch.rand(b, hq)),
+               "scale": dict(softmax_scale=0.05),
+               "dropout": dict(dropout_p=0.1)}.get(variant, {}))
+    return q, k, v, torch.randn(b, s, hq, d, dtype=dtype), kw
+
+
+def _dense_call(q, k, v, dout, kw, seed=0):
+    """A flash_attn_func forward + backward; ``.tensors``: the call's own tensors."""
+    import flashtile
+
+    def call():
+        torch.manual_seed(seed)                          # (dropout's key: the same draw)
+        out = flashtile.flash_attn_func(q, k, v, **kw)
+        torch.autograd.grad(out, (q, k, v), dout)
+    call.tensors = [q, k, v, dout, *(t for t in kw.values() if isinstance(t, torch.Tensor))]
+    return call
+
+
 def check_dense_plans(launches, seen) -> int:
     """The same for ``flash_attn_func`` forward + backward (4 launches: forward, D rows,
     dK/dV, dQ) over shapes and flags (dropout too: torch's seed is reset before each call, so
     the full and the planned call draw the same RNG key); calls that differ in one argument;
     one-pass dQ calls, never planned."""
-    import flashtile
     from flashtile.kernels import bwd, fwd
 
-    def inputs(variant, b=2, s=256, hq=8, hkv=8, d=128, dtype=torch.bfloat16):
-        if variant == "gqa 8/2":
-            hkv = 2
-        if variant == "d 96":
-            d = 96
-        q, k, v = (torch.randn(b, s, h, d, dtype=dtype, requires_grad=True)
-                   for h in (hq, hkv, hkv))
-        if variant == "misaligned q":                        # data_ptr % 16 == 2
-            q = torch.randn(q.numel() + 1, dtype=dtype)[1:].view(q.shape).requires_grad_()
-        if variant == "transposed k":                        # (b, h, s, d) memory
-            k = k.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
-        kw = dict(causal=variant != "not causal")
-        kw.update({"window": dict(window_size=(64, 0)), "softcap": dict(softcap=20.0),
-                   "alibi (h)": dict(alibi_slopes=torch.rand(hq)),
-                   "alibi (b, h)": dict(alibi_slopes=torch.rand(b, hq)),
-                   "scale": dict(softmax_scale=0.05),
-                   "dropout": dict(dropout_p=0.1)}.get(variant, {}))
-        return q, k, v, torch.randn(b, s, hq, d, dtype=dtype), kw
-
-    def make(q, k, v, dout, kw, seed=0):
-        def call():
-            torch.manual_seed(seed)                          # (dropout's key: the same draw)
-            out = flashtile.flash_attn_func(q, k, v, **kw)
-            torch.autograd.grad(out, (q, k, v), dout)
-        call.tensors = [q, k, v, dout, *(t for t in kw.values() if isinstance(t, torch.Tensor))]
-        return call
-
+    inputs, make = _dense_inputs, _dense_call
     failures = 0
     variants = ("plain", "not causal", "gqa 8/2", "d 96", "misaligned q", "transposed k",
                 "window", "softcap", "alibi (h)", "alibi (b, h)", "scale", "dropout")
@@ -472,15 +480,61 @@ def check_varlen_plans(launches) -> int:
     return failures
 
 
-def _planned_like_full(launches, calls, label: str, count, kernels: int, new: int = 1) -> int:
+def check_gluon_dense_plans(launches) -> int:
+    """The same for forward + backward calls that take the Gluon kernels (the CPU stands in
+    for sm_90 in their checks): the Gluon forward's and dK/dV kernel's launches are kept with
+    the forward's and backward's plans and replayed without their own keys; they must equal
+    the full path's, and a call that differs in one argument (or in the Gluon switch) must not
+    replay them. (A replayed backward launches the Gluon dK/dV kernel after its planned
+    launches, so after the dQ kernel: the two are independent, and only the set of launches is
+    compared.)"""
+    from flashtile.kernels import bwd, common, fwd, fwd_hopper
+    real = common.is_sm90
+    common.is_sm90 = fwd_hopper.is_sm90 = lambda device: True
+    try:
+        failures = 0
+        # (d=64 causal: the tile-level forward, the Gluon dK/dV kernel)
+        for variant, d in (("plain", 128), ("not causal", 128), ("gqa 8/2", 128),
+                           ("scale", 128), ("plain", 64), ("not causal", 64)):
+            failures += _planned_like_full(
+                launches, [_dense_call(*_dense_inputs(variant, d=d)) for _ in range(2)],
+                f"gluon plans fwd+bwd d{d} {variant}",
+                lambda: len(fwd._PLANS) + len(bwd._PLANS), 4, new=2, ordered=False)
+        q, k, v, dout, kw = _dense_inputs("plain")
+        changes = {"not causal": (dict(causal=False), {}), "scale": (dict(softmax_scale=0.05), {}),
+                   "Gluon forward switched off": ({}, {"FLASHTILE_GLUON_FWD": "0"})}
+        for name, (change, env) in changes.items():
+            base = _dense_call(q, k, v, dout, kw)
+            call = _dense_call(q, k, v, dout, {**kw, **change})
+
+            def changed(call=call, env=env):
+                os.environ.update(env)
+                try:
+                    call()
+                finally:
+                    for var in env:
+                        os.environ.pop(var)
+            changed.tensors = call.tensors
+            failures += _replays_like_full(launches, base, changed,
+                                           f"gluon plans fwd+bwd, one argument changed ({name})",
+                                           ordered=False)
+    finally:
+        common.is_sm90 = fwd_hopper.is_sm90 = real
+    return failures
+
+
+def _planned_like_full(launches, calls, label: str, count, kernels: int, new: int = 1,
+                       ordered: bool = True) -> int:
     """Two calls of one signature, without plans and then with them (the first records, the
-    second replays): the same launches, ``kernels`` of them, and ``new`` plans more in
-    ``count()``. 1 on a failure."""
+    second replays): the same launches (in the same order unless not ``ordered``), ``kernels``
+    of them, and ``new`` plans more in ``count()``. 1 on a failure."""
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
     full = [launches(call) for call in calls]
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
     before = count()
     planned = [launches(call) for call in calls]
+    if not ordered:
+        full, planned = ([sorted(x, key=repr) for x in y] for y in (full, planned))
     ok = full == planned and len(full[0]) == kernels
     recorded = count() == before + new
     print(f"{label}: {'same launches' if ok else 'DIFFERENT'}, "
@@ -488,14 +542,18 @@ def _planned_like_full(launches, calls, label: str, count, kernels: int, new: in
     return int(not (ok and recorded))
 
 
-def _replays_like_full(launches, base, changed, label: str) -> int:
+def _replays_like_full(launches, base, changed, label: str, ordered: bool = True) -> int:
     """Record ``base``'s plan, then call ``changed`` (``base`` with one argument changed): its
-    launches must be the full path's, not a replay of ``base``'s plan. 1 on a failure."""
+    launches must be the full path's (in order unless not ``ordered``), not a replay of
+    ``base``'s plan. 1 on a failure."""
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
     full = launches(changed)
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
     launches(base)
-    ok = launches(changed) == full
+    got = launches(changed)
+    if not ordered:
+        full, got = sorted(full, key=repr), sorted(got, key=repr)
+    ok = got == full
     print(f"{label}: {'launched as without plans' if ok else 'DIFFERENT'}")
     return int(not ok)
 

@@ -1,8 +1,11 @@
 """The host path of a call: TunedLaunch decides once per key and then launches its choice
 directly; a call without gradients skips the autograd Function; a flex call compiles its
-score_mod / mask_mod once."""
+score_mod / mask_mod once; switches are read from the environment as ``os.environ`` has
+them."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -10,7 +13,7 @@ import triton
 import flashtile
 from flashtile import AttentionParams, autograd
 from flashtile.codegen import compiler
-from flashtile.kernels.common import TunedLaunch, mod_args
+from flashtile.kernels.common import TunedLaunch, getenv, mod_args
 
 
 class FakeTuner:
@@ -111,3 +114,16 @@ def test_mods_are_compiled_once_per_call(monkeypatch):
     # A new call (a new params object) fingerprints again: captured values may have changed.
     compiler.compile_mods(params.with_(softmax_scale=2.0))
     assert len(prints) == 4
+
+
+def test_getenv_follows_os_environ(monkeypatch):
+    """The launch path's ``getenv`` sees every change made through ``os.environ`` (set,
+    changed, deleted; non-ASCII values) and returns the default for an unset name."""
+    name = "FLASHTILE_TEST_GETENV"
+    monkeypatch.delenv(name, raising=False)
+    assert getenv(name) is None and getenv(name, "auto") == "auto"
+    for value in ("1", "", "0", "grüße"):
+        monkeypatch.setenv(name, value)
+        assert getenv(name, "auto") == value == os.environ[name]
+    monkeypatch.delenv(name)
+    assert getenv(name, "x") == "x"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from utils import DEVICE
+from utils import DEVICE, HOPPER
 
 import flashtile
 from flashtile.params import AttentionParams
@@ -22,6 +22,9 @@ VARIANTS = {
     "softcap-alibi": dict(softcap=15.0, alibi=True),
     "d96-noncausal": dict(d=96),
     "dropout": dict(dropout_p=0.2, causal=True),
+    # (on sm_90: the Gluon forward and dK/dV kernels, their launches kept with the plans)
+    "gluon-d128-causal": dict(d=128, s=256, causal=True),
+    "gluon-d64-gqa-full": dict(d=64, s=256, hkv=2),
 }
 
 
@@ -46,8 +49,8 @@ def fwd_bwd(q, k, v, dout, seed, **kw):
     return (out, *torch.autograd.grad(out, (q, k, v), dout))
 
 
-def inputs(d=64, hkv=4, alibi=False, dtype=torch.bfloat16, **kw):
-    b, s, hq = 2, 200, 4
+def inputs(d=64, hkv=4, alibi=False, dtype=torch.bfloat16, s=200, **kw):
+    b, hq = 2, 4
     q, k, v = (torch.randn(b, s, h, d, device=DEVICE, dtype=dtype, requires_grad=True)
                for h in (hq, hkv, hkv))
     if alibi:
@@ -71,6 +74,8 @@ def test_gpu_replays_equal_the_full_path(monkeypatch, name):
     fwd_before, bwd_before = len(fwd._PLANS), len(bwd._PLANS)
     got_a = fwd_bwd(*a, 1, **kw)                                 # records
     assert (len(fwd._PLANS), len(bwd._PLANS)) == (fwd_before + 1, bwd_before + 1)
+    if HOPPER and name.startswith("gluon"):     # (the forward's plan holds its Gluon launch)
+        assert list(fwd._PLANS.plans.values())[-1].extra is not None
     got_b = fwd_bwd(*b, 2, **kw)                                 # replays with B's tensors
     again_a = fwd_bwd(*a, 1, **kw)
     for want, got in ((want_a, got_a), (want_b, got_b), (want_a, again_a)):

@@ -39,7 +39,7 @@ from ..reference.dense import sum_to_shape
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, gluon_kernels, gluon_settings, interpreting, load_tile,
+                     dropout_keep, getenv, gluon_kernels, gluon_settings, interpreting, load_tile,
                      mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args,
                      seq_bounds, seq_bucket, sparse_args, strides, tile_ranges, tile_start,
                      next_tile_start, varlen_args, varlen_sequence, window_args)
@@ -504,7 +504,7 @@ def dq_mode(deterministic: bool = False) -> str:
     sequences (docs/perf.md, bwd sweep)."""
     if deterministic:
         return "two-pass"
-    choice = os.environ.get("FLASHTILE_BWD_DQ", "two-pass")
+    choice = getenv("FLASHTILE_BWD_DQ", "two-pass")
     if choice not in ("atomic", "two-pass"):
         raise ValueError(f"FLASHTILE_BWD_DQ must be 'atomic' or 'two-pass', got {choice!r}")
     return choice
@@ -544,7 +544,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
         # The Gluon choice is a function of the key (its switches and configs are in it), so
-        # a plan keeps it and a replay skips the checks (~20 us on the development CPU).
+        # a plan keeps it and a replay skips the checks (~20 us on the development CPU); the
+        # same for the Gluon launches' own keys (their tensors are the key's or allocated
+        # from it).
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse),
                gluon_settings(q.device, ("bwd_hopper", "dq_hopper")))
         plan = _PLANS.get(key)
@@ -552,11 +554,11 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
             dq4, dk4, dv4, dsum = plan.replay(inputs, q.device)
-            hopper, hopper_dq = plan.extra
+            (hopper, dkdv_replay), (hopper_dq, dq_replay) = plan.extra
             if hopper is not None:
-                hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+                hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, dkdv_replay)
             if hopper_dq is not None:
-                hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
+                hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params, dq_replay)
             return tuple(g[0].detach() for g in (dq4, dk4, dv4)) if varlen else (dq4, dk4, dv4)
         record = plans.Recorder()
     else:
@@ -621,8 +623,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
+    dkdv_replay = dq_replay = None      # (the Gluon launches' replays, kept with the plan)
     if hopper is not None:
-        hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+        dkdv_replay = hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
     else:
         plans.launch(record, _dkdv_launch, dkdv_grid, (
             q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
@@ -635,7 +638,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     elif hopper_dq is not None:
-        hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
+        dq_replay = hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
     else:
         plans.launch(record, _dq_launch, dq_grid, (
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
@@ -647,7 +650,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                            ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv", "dsum"),
                            plans.CALL_VALUES)
         if plan is not None:
-            plan.extra = (hopper, hopper_dq)
+            plan.extra = ((hopper, dkdv_replay), (hopper_dq, dq_replay))
         _PLANS.put(key, plan)
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)

@@ -247,10 +247,12 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)
 
 
-def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, replay=None):
     """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
-    (``rowsum(dO * O)``). The caller has checked :func:`supports`."""
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`. Returns the launch's
+    replay (:meth:`.plans.GluonLaunches.launch`; ``replay``: one kept from a call of the same
+    signature)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
@@ -258,7 +260,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
     global last_config
     last_config = f"gluon {2 * block_n}x{block_m}/{stages}s"
     n_ntiles = sk // (2 * block_n)
-    _LAUNCHES.launch(
+    return _LAUNCHES.launch(
         _dkdv_hopper_kernel, (n_ntiles * b * hkv,),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
          (dv, block_n)),
@@ -266,4 +268,4 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params) -> None:
          hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
-        fwd_hopper.descriptor)
+        fwd_hopper.descriptor, replay)

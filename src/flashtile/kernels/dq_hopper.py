@@ -215,10 +215,11 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, 2 * rows, keys)
 
 
-def dq(q, k, v, dout, lse, dsum, dq_out, params) -> None:
+def dq(q, k, v, dout, lse, dsum, dq_out, params, replay=None):
     """dQ into ``dq_out`` (shaped and typed like q, foldable) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
-    (``rowsum(dO * O)``). The caller has checked :func:`supports`."""
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`. Returns the launch's
+    replay (as :func:`.bwd_hopper.dkdv`)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
@@ -226,11 +227,11 @@ def dq(q, k, v, dout, lse, dsum, dq_out, params) -> None:
     global last_config
     last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
     n_mtiles = sq // (2 * block_m)
-    _LAUNCHES.launch(
+    return _LAUNCHES.launch(
         _dq_hopper_kernel, (n_mtiles * b * hq,),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dq_out, block_m)),
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hq,
          hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E, params.softmax_scale),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
-        fwd_hopper.descriptor)
+        fwd_hopper.descriptor, replay)

@@ -42,7 +42,6 @@ forward falls back to the tile-level kernel otherwise. Outputs are those of :mod
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 from triton.experimental import gluon
@@ -53,7 +52,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
 from . import plans
-from .common import GLUON_SWITCHES, gluon_switch, gluon_switch_on, is_sm90
+from .common import GLUON_SWITCHES, getenv, gluon_switch, gluon_switch_on, is_sm90
 
 LOG2E = 1.4426950408889634
 
@@ -332,7 +331,7 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
 def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
     """``configs[d]``, or the four integers (``a,b,c,d``) of the Gluon kernel ``module``'s
     config override when it is set (:data:`.common.GLUON_SWITCHES`; for sweeps)."""
-    text = os.environ.get(GLUON_SWITCHES[module][2])
+    text = getenv(GLUON_SWITCHES[module][2])
     return tuple(int(x) for x in text.split(",")) if text else configs[d]
 
 
@@ -423,20 +422,21 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
-            lse: torch.Tensor) -> None:
+            lse: torch.Tensor, replay=None):
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
-    (natural log). The caller has checked :func:`supports`."""
+    (natural log). The caller has checked :func:`supports`. Returns the launch's replay
+    (as :func:`.bwd_hopper.dkdv`)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d)
     global last_config
     last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
     n_mtiles = sq // (2 * block_m)
-    _LAUNCHES.launch(
+    return _LAUNCHES.launch(
         _fwd_hopper_kernel, (n_mtiles * b * hq,),
         ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
         (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4),
-        descriptor)
+        descriptor, replay)

@@ -30,13 +30,11 @@ Why it is safe:
 
 from __future__ import annotations
 
-import os
-
 import torch
 from triton import knobs
 from triton.runtime import driver
 
-from .common import TunedLaunch, alloc, interpreting
+from .common import TunedLaunch, alloc, getenv, interpreting
 
 MAX_PLANS = 256
 
@@ -44,7 +42,7 @@ MAX_PLANS = 256
 def enabled() -> bool:
     """Plans are used unless ``FLASHTILE_LAUNCH_PLANS=0``, never under the interpreter, never
     while a launch hook is installed."""
-    if os.environ.get("FLASHTILE_LAUNCH_PLANS", "1") in ("", "0") or interpreting():
+    if getenv("FLASHTILE_LAUNCH_PLANS", "1") in ("", "0") or interpreting():
         return False
     hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
     return not any(h is not None and getattr(h, "calls", True) for h in hooks)
@@ -162,7 +160,8 @@ class _Launch:
 class Plan:
     """A call signature's launches, the buffers each call allocates and the outputs it
     returns (by name); ``extra``: what else the caller decided for the signature (the
-    backward: which Gluon kernels run after the replay)."""
+    backward: which Gluon kernels run after the replay, with their launches' replays; the
+    forward: the Gluon kernel and its launch's replay, in a plan with no launches)."""
 
     def __init__(self, launches: list[_Launch], buffers: list[tuple], outputs: tuple[str, ...]):
         self.launches, self.buffers, self.outputs = launches, buffers, outputs
@@ -270,10 +269,17 @@ class GluonLaunches(Plans):
     CPU, several times that on the H200's host)."""
 
     def launch(self, kernel, grid: tuple, tiles: tuple, args: tuple, meta: dict,
-               make_descriptor) -> None:
+               make_descriptor, replay: "_GluonReplay | None" = None) -> "_GluonReplay | None":
         """``kernel[grid](*descriptors, *args, **meta)``, where the descriptors are
         ``make_descriptor(t, rows)`` for each ``(t, rows)`` in ``tiles`` (the kernel's leading
-        parameters), unless this signature was launched before: then its replay."""
+        parameters), unless this signature was launched before: then its replay. Returns that
+        replay (None when launches are not planned). A caller whose own plan key already
+        fixes this launch's key (the forward's and backward's plans) keeps the replay and
+        passes it back as ``replay``, skipping the key (~10 us per launch on the development
+        CPU)."""
+        if replay is not None:
+            replay(tiles, args)
+            return replay
         planned = enabled() and hasattr(kernel, "device_caches")   # (not a capture stand-in)
         key = None
         if planned:
@@ -283,11 +289,14 @@ class GluonLaunches(Plans):
             replay = self.get(key)
             if replay is not None:
                 replay(tiles, args)
-                return
+                return replay
         descriptors = [make_descriptor(t, rows) for t, rows in tiles]
         kernel[grid](*descriptors, *args, **meta)
-        if planned:
-            self.put(key, _GluonReplay(kernel, grid, descriptors, args, meta))
+        if not planned:
+            return None
+        replay = _GluonReplay(kernel, grid, descriptors, args, meta)
+        self.put(key, replay)
+        return replay
 
 
 class _GluonReplay:
