@@ -27,10 +27,10 @@ with one wait per tile (8 for 48 HGMMA) and no spills at d 64/128, causal or not
 (session 11, same run against cuDNN, bf16, 1k/4k/16k) that put it ahead of the tile-level
 forward at d=128 (+2% to +10% at five of six points, -3% at causal 1k) and at d=64 without the
 mask (+16% at 1k, +0.5% at 4k and 16k), and behind it at d=64 causal (-3% to -23%; no config
-of the sweep closed that). So by default (``FLASHTILE_GLUON_FWD`` unset or ``auto``) it runs those cases only
-(:data:`AHEAD`); ``=1`` runs every covered call through it, ``=0`` none. A ``pipelined``
-schedule (one 8-warp partition issuing its own loads) measured 6-20% slower than the
-warp-specialised one in session 10 and was removed.
+of the sweep closed that). So by default (``FLASHTILE_GLUON_FWD`` unset or ``auto``) it runs
+those cases only (:data:`AHEAD`); ``=1`` runs every covered call through it, ``=0`` none. A
+``pipelined`` schedule (one 8-warp partition issuing its own loads) measured 6-20% slower than
+the warp-specialised one in session 10 and was removed.
 
 It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
