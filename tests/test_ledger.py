@@ -585,7 +585,8 @@ def test_measure_on_gpu_small():
             "from flashtile.ledger.model import Workload\n"
             "w = Workload(batch=2, nheads=4, seqlen_q=512, headdim=64)\n"
             "print(json.dumps(measure.measure_workload(w, 'bf16', warmup=5, rep=10), default=str))\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
     res = json.loads(run.stdout.strip().splitlines()[-1])
     w = Workload(batch=2, nheads=4, seqlen_q=512, headdim=64)
     assert res["standard"]["ms"] > 0, res
