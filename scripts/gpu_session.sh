@@ -3,8 +3,11 @@
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
-#          gluonfwdsweep
+#          gluonfwdsweep branches
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
+# Branches in the same call: `git archive BRANCH | tar -x -C .branches/BRANCH` (git-ignored)
+# and `git rev-parse --short BRANCH > .branches/BRANCH/COMMIT`, carry .branches, and run the
+# step `branches` (BRANCH_STEPS: the steps each branch runs).
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -154,6 +157,14 @@ PY
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
+    branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS
+      # (default: gluon gluonfwd), output under $OUT/<branch>
+      for dir in .branches/*/; do
+        name=$(basename "$dir")
+        echo "--- branch $name ($(cat "$dir/COMMIT" 2>/dev/null)): ${BRANCH_STEPS:-gluon gluonfwd}"
+        (cd "$dir" && PYTHONPATH="$PWD/src:$PYTHONPATH" OUT="$OUT/$name" \
+          bash scripts/gpu_session.sh ${BRANCH_STEPS:-gluon gluonfwd})
+      done 2>&1 | tee "$OUT/branches.log" ;;
     *) echo "unknown step $step" ;;
   esac
 done
