@@ -24,13 +24,14 @@ offline with ``scripts/inspect_kernels.py --gluon``. Neither ``setmaxnreg`` (168
 widths (16 to 128 keys), issue order nor dropping O's rescale changed that verdict; P as a
 register A operand of ``P V`` did: with P stored to a shared-memory tile, the kernel compiles
 with one wait per tile (8 for 48 HGMMA) and no spills at d 64/128, causal or not. On the H200
-(session 11, same run against cuDNN, bf16, 1k/4k/16k) that put it ahead of the tile-level
-forward at d=128 (+2% to +10% at five of six points, -3% at causal 1k) and at d=64 without the
-mask (+16% at 1k, +0.5% at 4k and 16k), and behind it at d=64 causal (-3% to -23%; no config
-of the sweep closed that). So by default (``FLASHTILE_GLUON_FWD`` unset or ``auto``) it runs
-those cases only (:data:`AHEAD`); ``=1`` runs every covered call through it, ``=0`` none. A
-``pipelined`` schedule (one 8-warp partition issuing its own loads) measured 6-20% slower than
-the warp-specialised one in session 10 and was removed.
+(session 11, same runs as cuDNN, bf16, 1k/4k/16k) that put it ahead of the tile-level forward
+at d=128 (+2% to +10% at five of six points, -3% at causal 1k), even with it at d=64 without
+a mask (+0.5% to +9% at 4k and 16k; +16% and -7% at 1k in two calls), and behind it at d=64
+causal (-3% to -23%; no config of the sweep closed that). So by default
+(``FLASHTILE_GLUON_FWD`` unset or ``auto``) it runs the cases of :data:`AHEAD` only (d=64
+unmasked included: ahead at 7 of its 8 measured points); ``=1`` runs every covered call
+through it, ``=0`` none. A ``pipelined`` schedule (one 8-warp partition issuing its own
+loads) measured 6-20% slower than the warp-specialised one in session 10 and was removed.
 
 It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
