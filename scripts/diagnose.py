@@ -22,6 +22,11 @@ Experiments (``--what``), each printing a table and adding to one JSON:
   for a profiler: ``ncu --clock-control none -k regex:"_decode_kernel|splitkv_kernel" -c 2
   --section SpeedOfLight --section Occupancy --section WarpStateStats python3
   scripts/diagnose.py --what decode_once``.
+- ``breakdown``: the device time of every kernel of one forward+backward, flashtile against
+  SDPA's cuDNN backend on the same inputs (bf16, 16k tokens, nheads = 2048 / d, d 64/128 x
+  4k/16k x causal; ``DIAG_BREAKDOWN`` = "d:seqlen:causal ..." overrides), with each
+  flashtile kernel's TFLOP/s (forward 4bhs^2d, halved when causal; dK/dV runs four such
+  matmuls, 2x; dQ three, 1.5x): which kernel the gap to cuDNN sits in.
 - ``varlen``: the feature bench's packed batch (16k tokens, lengths 256..4096, h16 d128)
   fwd+bwd against fixed-length batches of the same token count at the longest length
   (4 x 4096, the bench's comparison) and at the mean length, and against each sequence run as
@@ -386,6 +391,36 @@ def varlen(res: dict) -> None:
             if "kernels_us" in v_:
                 print(f"   {k_}: " + ", ".join(f"{n_[:26]} {t:.0f}"
                                               for n_, t in list(v_["kernels_us"].items())[:4]))
+
+
+def breakdown(res: dict) -> None:
+    points = os.environ.get("DIAG_BREAKDOWN", "128:4096:0 128:4096:1 128:16384:0 64:16384:0")
+    for point in points.split():
+        d, n, causal = (int(x) for x in point.split(":"))
+        b, h = max(1, 16384 // n), 2048 // d
+        q, k, v = (torch.randn(b, n, h, d, device=DEV, dtype=BF16, requires_grad=True)
+                   for _ in range(3))
+        qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+        fwd_flops = 4 * b * h * n * n * d / (2 if causal else 1)
+
+        def sdpa():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
+        row = {}
+        for name, step in (("flashtile", fwd_bwd(lambda: flashtile.flash_attn_func(
+                q, k, v, causal=bool(causal)), q, k, v)), ("cudnn", fwd_bwd(sdpa, qt, kt, vt))):
+            per = kernel_times(step)
+            total = sum(per.values())
+            row[name] = {"total_us": total, "kernels_us": per}
+            print(f"breakdown d{d} s{n} {'causal' if causal else 'full'} {name}: "
+                  f"{total:.0f} us (fwd+bwd {3.5 * fwd_flops / total / 1e6:.0f} TFLOP/s)")
+            for kernel, us in per.items():
+                share = {"fwd": 1.0, "dkdv": 2.0, "dq": 1.5}
+                kind = next((kk for kk in share if kk in kernel.lower()), None) \
+                    if name == "flashtile" else None     # (cuDNN's names say otherwise)
+                rate = f", {share[kind] * fwd_flops / us / 1e6:.0f} TFLOP/s" if kind else ""
+                print(f"    {kernel[:56]:56s} {us:8.1f} us{rate}")
+        res[point] = row
 
 
 def dropout(res: dict) -> None:
