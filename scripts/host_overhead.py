@@ -249,48 +249,7 @@ def check_plans(parts: str = "all") -> int:
         failures += check_dense_plans(launches, seen)
     if "gluon" in parts:
         failures += check_gluon_plans(launches)
-        failures += check_gluon_dense_plans(launches)
     return 1 if failures else 0
-
-
-def check_gluon_plans(launches) -> int:
-    """The same for the Gluon kernels' launches (forward, dK/dV, dQ; called directly: CPU
-    tensors never take them in a real call), whose replays pass light descriptors
-    (``plans.Tma``): the launcher must get the same arguments, descriptors compared by address,
-    shape, strides and padding."""
-    import flashtile
-    from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
-
-    def make(kernel, d, hkv, causal, scale=None):
-        q, dout = (torch.randn(2, 256, 8, d, dtype=torch.bfloat16) for _ in range(2))
-        k, v = (torch.randn(2, 256, hkv, d, dtype=torch.bfloat16) for _ in range(2))
-        lse, dsum = torch.randn(2, 8, 256), torch.randn(2, 8, 256)
-        params, _ = flashtile.interface._flash_params(q, k, v, 0.0, scale, causal, (-1, -1),
-                                                      0.0, None, False)
-        outs = [torch.empty_like(t) for t in (q, k, v)]
-
-        def call():
-            if kernel == "fwd":
-                fwd_hopper.forward(q, k, v, params, outs[0], lse)
-            elif kernel == "dkdv":
-                bwd_hopper.dkdv(q, k, v, dout, lse, dsum, outs[1], outs[2], params)
-            else:
-                dq_hopper.dq(q, k, v, dout, lse, dsum, outs[0], params)
-        call.tensors = [q, k, v, dout, lse, dsum, *outs]
-        return call
-
-    module = {"fwd": fwd_hopper, "dkdv": bwd_hopper, "dq": dq_hopper}
-    failures = 0
-    for kernel in ("fwd", "dkdv", "dq"):
-        for d, hkv, causal in ((128, 8, False), (128, 2, True), (64, 8, True)):
-            label = f"gluon plans {kernel} d{d} hkv{hkv} {'causal' if causal else 'full'}"
-            failures += _planned_like_full(
-                launches, [make(kernel, d, hkv, causal) for _ in range(2)], label,
-                lambda: len(module[kernel]._LAUNCHES), 1)
-            failures += _replays_like_full(launches, make(kernel, d, hkv, causal),
-                                           make(kernel, d, hkv, causal, scale=0.05),
-                                           f"{label}, one argument changed (scale)")
-    return failures
 
 
 def _dense_inputs(variant, b=2, s=256, hq=8, hkv=8, d=128, dtype=torch.bfloat16):
@@ -480,61 +439,64 @@ def check_varlen_plans(launches) -> int:
     return failures
 
 
-def check_gluon_dense_plans(launches) -> int:
+def _with_env(call, env: dict):
+    """``call`` run with the environment variables ``env`` set (then unset)."""
+    def run():
+        os.environ.update(env)
+        try:
+            call()
+        finally:
+            for var in env:
+                os.environ.pop(var)
+    run.tensors = call.tensors
+    return run
+
+
+def check_gluon_plans(launches) -> int:
     """The same for forward + backward calls that take the Gluon kernels (the CPU stands in
-    for sm_90 in their checks): the Gluon forward's and dK/dV kernel's launches are kept with
-    the forward's and backward's plans and replayed without their own keys; they must equal
-    the full path's, and a call that differs in one argument (or in the Gluon switch) must not
-    replay them. (A replayed backward launches the Gluon dK/dV kernel after its planned
-    launches, so after the dQ kernel: the two are independent, and only the set of launches is
-    compared.)"""
+    for sm_90 in their checks; the Gluon dQ kernel switched on in some): their launches are
+    steps of the forward's and backward's plans, replayed with light TMA descriptors
+    (``plans.Tma``, compared by address, shape, strides and padding); they must equal the full
+    path's, and a call that differs in one argument or switch must not replay them."""
     from flashtile.kernels import bwd, common, fwd, fwd_hopper
     real = common.is_sm90
     common.is_sm90 = fwd_hopper.is_sm90 = lambda device: True
+    dq_on = {"FLASHTILE_GLUON_DQ": "1"}
     try:
         failures = 0
         # (d=64 causal: the tile-level forward, the Gluon dK/dV kernel)
-        for variant, d in (("plain", 128), ("not causal", 128), ("gqa 8/2", 128),
-                           ("scale", 128), ("plain", 64), ("not causal", 64)):
+        for variant, d, env in (("plain", 128, {}), ("not causal", 128, {}),
+                                ("gqa 8/2", 128, {}), ("scale", 128, {}), ("plain", 64, {}),
+                                ("not causal", 64, {}), ("scale", 64, dq_on),
+                                ("gqa 8/2", 64, dq_on)):
             failures += _planned_like_full(
-                launches, [_dense_call(*_dense_inputs(variant, d=d)) for _ in range(2)],
-                f"gluon plans fwd+bwd d{d} {variant}",
-                lambda: len(fwd._PLANS) + len(bwd._PLANS), 4, new=2, ordered=False)
+                launches, [_with_env(_dense_call(*_dense_inputs(variant, d=d)), env)
+                           for _ in range(2)],
+                f"gluon plans fwd+bwd d{d} {variant}{' + Gluon dQ' if env else ''}",
+                lambda: len(fwd._PLANS) + len(bwd._PLANS), 4, new=2)
         q, k, v, dout, kw = _dense_inputs("plain")
         changes = {"not causal": (dict(causal=False), {}), "scale": (dict(softmax_scale=0.05), {}),
-                   "Gluon forward switched off": ({}, {"FLASHTILE_GLUON_FWD": "0"})}
+                   "Gluon forward switched off": ({}, {"FLASHTILE_GLUON_FWD": "0"}),
+                   "Gluon dQ switched on": ({}, dq_on)}
         for name, (change, env) in changes.items():
-            base = _dense_call(q, k, v, dout, kw)
-            call = _dense_call(q, k, v, dout, {**kw, **change})
-
-            def changed(call=call, env=env):
-                os.environ.update(env)
-                try:
-                    call()
-                finally:
-                    for var in env:
-                        os.environ.pop(var)
-            changed.tensors = call.tensors
-            failures += _replays_like_full(launches, base, changed,
-                                           f"gluon plans fwd+bwd, one argument changed ({name})",
-                                           ordered=False)
+            failures += _replays_like_full(
+                launches, _dense_call(q, k, v, dout, kw),
+                _with_env(_dense_call(q, k, v, dout, {**kw, **change}), env),
+                f"gluon plans fwd+bwd, one argument changed ({name})")
     finally:
         common.is_sm90 = fwd_hopper.is_sm90 = real
     return failures
 
 
-def _planned_like_full(launches, calls, label: str, count, kernels: int, new: int = 1,
-                       ordered: bool = True) -> int:
+def _planned_like_full(launches, calls, label: str, count, kernels: int, new: int = 1) -> int:
     """Two calls of one signature, without plans and then with them (the first records, the
-    second replays): the same launches (in the same order unless not ``ordered``), ``kernels``
-    of them, and ``new`` plans more in ``count()``. 1 on a failure."""
+    second replays): the same launches, ``kernels`` of them, and ``new`` plans more in
+    ``count()``. 1 on a failure."""
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
     full = [launches(call) for call in calls]
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
     before = count()
     planned = [launches(call) for call in calls]
-    if not ordered:
-        full, planned = ([sorted(x, key=repr) for x in y] for y in (full, planned))
     ok = full == planned and len(full[0]) == kernels
     recorded = count() == before + new
     print(f"{label}: {'same launches' if ok else 'DIFFERENT'}, "
@@ -542,18 +504,14 @@ def _planned_like_full(launches, calls, label: str, count, kernels: int, new: in
     return int(not (ok and recorded))
 
 
-def _replays_like_full(launches, base, changed, label: str, ordered: bool = True) -> int:
+def _replays_like_full(launches, base, changed, label: str) -> int:
     """Record ``base``'s plan, then call ``changed`` (``base`` with one argument changed): its
-    launches must be the full path's (in order unless not ``ordered``), not a replay of
-    ``base``'s plan. 1 on a failure."""
+    launches must be the full path's, not a replay of ``base``'s plan. 1 on a failure."""
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "0"
     full = launches(changed)
     os.environ["FLASHTILE_LAUNCH_PLANS"] = "1"
     launches(base)
-    got = launches(changed)
-    if not ordered:
-        full, got = sorted(full, key=repr), sorted(got, key=repr)
-    ok = got == full
+    ok = launches(changed) == full
     print(f"{label}: {'launched as without plans' if ok else 'DIFFERENT'}")
     return int(not ok)
 

@@ -1,5 +1,7 @@
 """The Gluon dK/dV kernel for Hopper (:mod:`flashtile.kernels.bwd_hopper`): which calls take
-it, and the gradients against the float64 reference (GPU)."""
+it, and the gradients against the float64 reference (GPU; over the Gluon shapes with the
+Gluon forward in tests/test_fwd_hopper.py); and what it shares with the Gluon dQ kernel
+(switch, launch plans, fallbacks), for both."""
 
 from __future__ import annotations
 
@@ -7,12 +9,11 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import (GLUON_SHAPES, assert_replays_match, assert_within_budget, gluon_switched_on,
-                   needs_hopper)
+from utils import assert_replays_match, assert_within_budget, gluon_switched_on, needs_hopper
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd_hopper, fwd_hopper
+from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
 
 
 @pytest.fixture
@@ -46,18 +47,6 @@ def test_tile_and_dout_conditions(monkeypatch, module):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
-def test_gluon_dkdv(gluon_calls, shape, causal, dtype):
-    """(GQA: dK/dV summed over the group in registers.)"""
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1, "this call should have run the Gluon dK/dV kernel"
-
-
-@pytest.mark.gpu
-@needs_hopper
 def test_causal_as_a_window(gluon_calls):
     """A non-causal call with the window (-1, 0) has the causal mask (sq == sk): the Gluon
     kernels read the mask from the window, as the tile-level ones do."""
@@ -65,42 +54,56 @@ def test_causal_as_a_window(gluon_calls):
     assert len(gluon_calls) == 1
 
 
+# Both Gluon backward kernels (dK/dV; dQ, opt-in): their switch, module and launcher.
+BACKWARD = {"dkdv": ("FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv"),
+            "dq": ("FLASHTILE_GLUON_DQ", dq_hopper, "dq")}
+
+
+@pytest.fixture(params=list(BACKWARD))
+def backward_calls(request, monkeypatch):
+    """Each Gluon backward kernel switched on in turn: (its switch, its counted launches)."""
+    variable, module, name = BACKWARD[request.param]
+    for calls in gluon_switched_on(monkeypatch, variable, module, name):
+        yield variable, calls
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("d", [64, 128])
-def test_switched_off_runs_the_tile_level_kernel(gluon_calls, monkeypatch, d):
-    """``FLASHTILE_GLUON_BWD=0``: the same dense calls go to the tile-level dK/dV kernel."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "0")
+def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d):
+    """Switched off (``=0``; dQ's default): the same dense calls go to the tile-level kernel."""
+    variable, calls = backward_calls
+    monkeypatch.setenv(variable, "0")
     for causal in (False, True):
         check(1, 1024, 1024, 8, 2, d, d, torch.bfloat16, causal=causal)
-    assert gluon_calls == []
+    assert calls == []
 
 
 @pytest.mark.gpu
 @needs_hopper
-def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
-    """A backward replayed from its launch plan launches the Gluon dK/dV kernel afresh, with
-    this call's pointers, and gives the same gradients."""
-    assert_replays_match(monkeypatch, gluon_calls)
+def test_replayed_calls_launch_it_afresh(backward_calls, monkeypatch):
+    """A backward replayed from its launch plan launches the Gluon kernel afresh, with this
+    call's pointers, and gives the same gradients."""
+    assert_replays_match(monkeypatch, backward_calls[1])
 
 
 @pytest.mark.gpu
 @needs_hopper
-def test_with_the_gluon_forward_and_a_scale(gluon_calls, monkeypatch):
+def test_with_the_gluon_forward_and_a_scale(backward_calls, monkeypatch):
     monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
     check(2, 512, 512, 4, 2, 128, 128, torch.bfloat16, causal=True, scale=0.3)
-    assert len(gluon_calls) == 1
+    assert len(backward_calls[1]) == 1
 
 
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("case", ["ragged-length", "bhsd-layout", "d96", "softcap",
                                   "atomic-dq"])
-def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
-    """Calls outside the kernel's cover run the tile-level dK/dV kernel, still within budget."""
+def test_other_calls_fall_back(backward_calls, monkeypatch, case):
+    """Calls outside the kernels' cover run the tile-level kernels, still within budget."""
     shape, kwargs = fallback_call(case, monkeypatch)
     check(*shape, **kwargs)
-    assert gluon_calls == []
+    assert backward_calls[1] == []
 
 
 @pytest.mark.gpu

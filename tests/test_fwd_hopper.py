@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 from test_kernels import check
-from utils import GLUON_SHAPES, gluon_switched_on, needs_hopper
+from utils import count_calls, gluon_cases, gluon_switched_on, needs_hopper
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
@@ -109,15 +109,15 @@ def test_switches_and_cpu_tensors(monkeypatch, module, variable, default):
     assert not module.supports(*(q,) * (3 if module is fwd_hopper else 4), params)
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", GLUON_SHAPES, ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
-def test_gluon_forward_and_gradients(gluon_calls, shape, causal, dtype):
+@gluon_cases
+def test_gluon_forward_and_gradients(gluon_calls, monkeypatch, shape, causal, dtype):
+    """Out, LSE and the gradients of the Gluon forward and the Gluon dK/dV kernel (on by
+    default; GQA: dK/dV summed over the group in registers)."""
+    dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
+    assert len(dkdv_calls) == 1, "this call should have run the Gluon dK/dV kernel"
 
 
 @pytest.mark.gpu

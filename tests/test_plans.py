@@ -64,7 +64,7 @@ def test_gpu_replays_equal_the_full_path(monkeypatch, name):
     """Record on inputs A, replay on inputs B (same signature): B's results bitwise equal B's
     without plans, and A's replay (a third call) still gives A's. A and B draw different
     dropout keys: a replay passes its own."""
-    from flashtile.kernels import bwd, fwd
+    from flashtile.kernels import bwd, fwd, plans
 
     a, kw = inputs(**VARIANTS[name])
     b, _ = inputs(**VARIANTS[name])
@@ -74,8 +74,10 @@ def test_gpu_replays_equal_the_full_path(monkeypatch, name):
     fwd_before, bwd_before = len(fwd._PLANS), len(bwd._PLANS)
     got_a = fwd_bwd(*a, 1, **kw)                                 # records
     assert (len(fwd._PLANS), len(bwd._PLANS)) == (fwd_before + 1, bwd_before + 1)
-    if HOPPER and name.startswith("gluon"):     # (the forward's plan holds its Gluon launch)
-        assert list(fwd._PLANS.plans.values())[-1].extra is not None
+    if HOPPER and name.startswith("gluon"):     # (both plans hold Gluon launches)
+        for kernels in (fwd._PLANS, bwd._PLANS):
+            newest = list(kernels.plans.values())[-1]
+            assert any(isinstance(x, plans._GluonLaunch) for x in newest.launches)
     got_b = fwd_bwd(*b, 2, **kw)                                 # replays with B's tensors
     again_a = fwd_bwd(*a, 1, **kw)
     for want, got in ((want_a, got_a), (want_b, got_b), (want_a, again_a)):
@@ -234,10 +236,47 @@ def test_a_launch_with_an_unnamed_tensor_is_never_planned(monkeypatch):
 
     def plan(t_arg):
         rec = plans.Recorder()
-        rec.raw.append((fake, (1,), (x, t_arg, 7), {}, None))
+        rec.add(fake, (1,), (x, t_arg, 7), {})
         return rec.plan({"x": x, "seed": 7}, (), ("x",), {"seed": "seed"})
     assert plan(other) is None                                    # unnamed
     assert plan((other, 4)) is None                               # inside a tuple
     made = plan((4, 5))
     launch = made.launches[0]
     assert launch.values == [None, (4, 5), None] and launch.places == [(0, "x"), (2, "seed")]
+
+
+def test_a_gluon_launch_is_a_plan_step(monkeypatch):
+    """A Gluon launch recorded with the call: its TMA descriptors and tensor arguments must
+    be over tensors the call named (else no plan); a replay passes light descriptors of the
+    recorded shapes over the replaying call's own tensors, in launch order."""
+    from types import SimpleNamespace
+
+    from flashtile.kernels import plans
+
+    def binder(*args, **kwargs):
+        return dict(zip(("desc", "LSE", "n"), args)), None, None
+
+    ran = []
+    compiled = SimpleNamespace(function=None, packed_metadata=None,
+                               run=lambda *a: ran.append(a))
+    fake = SimpleNamespace(device_caches={0: (None,) * 4 + (binder,)},
+                           run=lambda *a, **kw: SimpleNamespace(result=lambda: compiled))
+    monkeypatch.setattr(plans, "driver", SimpleNamespace(active=SimpleNamespace(
+        get_current_device=lambda: 0, get_current_stream=lambda device: "stream")))
+    q, lse, other = torch.zeros(8, 4), torch.zeros(8), torch.zeros(8, 4)
+    desc = SimpleNamespace(shape=[8, 4], strides=[4, 1], padding="zero")
+
+    def plan(tile, arg):
+        rec = plans.Recorder()
+        rec.add_gluon(fake, (2,), [desc], ((tile, 8),), (arg, 5), {}, "fwd", "gluon 8x4")
+        return rec.plan({"q": q, "lse": lse}, ("lse",), ("lse",))
+    assert plan(other, lse) is None                               # descriptor unnamed
+    assert plan(q, other) is None                                 # argument unnamed
+    made = plan(q, lse)
+    q2 = torch.ones(8, 4)
+    plans.gluon_configs.clear()
+    (lse2,) = made.replay({"q": q2}, torch.device("cpu"))
+    (_, _, _, stream, *_, tma, lse_arg, n), = ran
+    assert (stream, n, lse_arg) == ("stream", 5, lse2)
+    assert tma.base is q2 and (tma.shape, tma.strides, tma.padding) == ([8, 4], [4, 1], "zero")
+    assert plans.gluon_configs == {"fwd": "gluon 8x4"}

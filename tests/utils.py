@@ -22,6 +22,19 @@ GLUON_SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64),
                 (1, 2048, 2, 2, 64)]
 
 
+def gluon_cases(test):
+    """The Gluon kernels' GPU-test parametrization: ``shape`` over :data:`GLUON_SHAPES`,
+    ``causal`` and ``dtype`` (bf16, fp16), on an sm_90 GPU only."""
+    for mark in (pytest.mark.parametrize("shape", GLUON_SHAPES,
+                                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s)),
+                 pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"]),
+                 pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16],
+                                         ids=["bf16", "fp16"]),
+                 needs_hopper, pytest.mark.gpu):
+        test = mark(test)
+    return test
+
+
 def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     """Max abs difference in float64; NaN anywhere in ``x`` counts as infinite error."""
     x = x.detach().double()
@@ -66,7 +79,11 @@ def count_calls(monkeypatch, module, name: str) -> list:
 
 def gluon_switched_on(monkeypatch, variable: str, module, name: str):
     """The Gluon test files' fixture body: switches ``variable`` on and yields the calls of
-    ``module.name`` (:func:`count_calls`: the real one runs), on the triton backend."""
+    ``module.name`` (:func:`count_calls`: the real one runs), on the triton backend. Launch
+    plans are cleared first: a call replayed from a plan relaunches the kernel without calling
+    ``module.name``, so only a test's own first call of each signature is counted."""
+    from flashtile.kernels import plans
+    plans.clear()
     monkeypatch.setenv(variable, "1")
     calls = count_calls(monkeypatch, module, name)
     flashtile.set_backend("triton")
@@ -76,11 +93,11 @@ def gluon_switched_on(monkeypatch, variable: str, module, name: str):
 
 def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
     """``runs`` forward+backward calls of one signature (bf16, causal, on the GPU) with the same
-    inputs: the first records the backward's launch plan, the others replay it. The Gluon
-    kernel counted in ``calls`` must run in each (launched afresh after a replay) and every
+    inputs: the first records the backward's launch plan (the Gluon kernel counted in
+    ``calls`` runs once, its launch a step of the plan), the others replay it, and every
     call's gradients must equal the first's (the replay's buffers are NaN-poisoned under the
-    tests, so a kernel that missed a replay shows)."""
-    from flashtile.kernels import bwd
+    tests, so a launch that a replay missed shows)."""
+    from flashtile.kernels import bwd, plans
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
     q, k, v = (torch.randn(1, 512, 4, 128, dtype=torch.bfloat16, device="cuda",
                            requires_grad=True) for _ in range(3))
@@ -89,7 +106,9 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
     grads = [torch.autograd.grad(flashtile.flash_attn_func(q, k, v, causal=True), (q, k, v),
                                  dout) for _ in range(runs)]
     assert len(bwd._PLANS) == before + 1, "the first backward should have recorded one plan"
-    assert len(calls) == runs, f"the Gluon kernel ran {len(calls)} times in {runs} calls"
+    assert len(calls) == 1, f"the Gluon launcher was called {len(calls)} times in {runs} calls"
+    plan = list(bwd._PLANS.plans.values())[-1]
+    assert any(isinstance(x, plans._GluonLaunch) for x in plan.launches), "no Gluon step"
     for later in grads[1:]:
         for name, a, b in zip(("dq", "dk", "dv"), later, grads[0]):
             assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
@@ -97,4 +116,4 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
 
 __all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GLUON_SHAPES", "GPU", "HOPPER",
            "assert_replays_match", "assert_within_budget", "count_calls", "flashtile",
-           "gluon_switched_on", "max_err", "needs_hopper", "shape_id"]
+           "gluon_cases", "gluon_switched_on", "max_err", "needs_hopper", "shape_id"]

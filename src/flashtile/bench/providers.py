@@ -121,9 +121,9 @@ class FlashtileProvider(Provider):
 
     def build(self, case, device):
         from flashtile import flash_attn_func
+        from flashtile.kernels import plans
         causal, scale = case.causal, case.scale
-        for module in _gluon_modules():     # (so that launched_configs sees this case's)
-            module.last_config = None
+        plans.gluon_configs.clear()         # (so that launched_configs sees this case's)
 
         def run(q, k, v):
             return flash_attn_func(q, k, v, causal=causal, softmax_scale=scale)
@@ -136,27 +136,18 @@ class FlashtileProvider(Provider):
         from flashtile.backend import resolve
         if resolve(device) != "triton":
             return None
-        from flashtile.kernels import bwd, fwd
+        from flashtile.kernels import bwd, fwd, plans
         tuners = {"fwd": fwd._fwd, "dkdv": bwd._dkdv, "dq": bwd._dq}
         names = {"fwd": ["fwd"], "bwd": ["dkdv", "dq"]}.get(case.mode, ["fwd", "dkdv", "dq"])
         out = {}
-        gluon = {"fwd": "fwd_hopper", "dkdv": "bwd_hopper", "dq": "dq_hopper"}
-        ran = {m.__name__.rsplit(".", 1)[1]: m.last_config for m in _gluon_modules()}
         for name in names:
             c = getattr(tuners[name], "best_config", None)
-            if ran.get(gluon.get(name)):
-                out[name] = ran[gluon[name]]
+            if name in plans.gluon_configs:     # (a Gluon kernel ran it: its label)
+                out[name] = plans.gluon_configs[name]
             elif c is not None:
                 out[name] = (f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}/{c.num_warps}w/"
                              f"{c.num_stages}s")
         return out or None
-
-
-def _gluon_modules():
-    """flashtile's Gluon kernel modules that are imported (they are imported on first use)."""
-    import sys
-    return [m for name, m in sys.modules.items()
-            if name.startswith("flashtile.kernels.") and name.endswith("_hopper")]
 
 
 class SdpaProvider(Provider):

@@ -537,29 +537,19 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     atomic = dq_mode(params.deterministic) == "atomic"
-    # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned. The Gluon
-    # kernels' TMA descriptors hold the call's pointers, so they are launched after the replay
-    # of the other launches, through their own plans (plans.GluonLaunches): unplanned, that
-    # backward cost 1,406 us of host time on the H200's host against 728, session 10.)
+    # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
     key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
-        # The Gluon choice is a function of the key (its switches and configs are in it), so
-        # a plan keeps it and a replay skips the checks (~20 us on the development CPU); the
-        # same for the Gluon launches' own keys (their tensors are the key's or allocated
-        # from it).
+        # (with the Gluon kernels' switches and configs: which of them run is then a function
+        # of the key, and their launches are steps of the plan like any other)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse),
                gluon_settings(q.device, ("bwd_hopper", "dq_hopper")))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
-            dq4, dk4, dv4, dsum = plan.replay(inputs, q.device)
-            (hopper, dkdv_replay), (hopper_dq, dq_replay) = plan.extra
-            if hopper is not None:
-                hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, dkdv_replay)
-            if hopper_dq is not None:
-                hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params, dq_replay)
-            return tuple(g[0].detach() for g in (dq4, dk4, dv4)) if varlen else (dq4, dk4, dv4)
+            grads = plan.replay(inputs, q.device)
+            return tuple(g[0].detach() for g in grads) if varlen else grads
         record = plans.Recorder()
     else:
         record = None
@@ -623,9 +613,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    dkdv_replay = dq_replay = None      # (the Gluon launches' replays, kept with the plan)
     if hopper is not None:
-        dkdv_replay = hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params)
+        hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record)
     else:
         plans.launch(record, _dkdv_launch, dkdv_grid, (
             q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,
@@ -638,7 +627,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if atomic:
         dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
     elif hopper_dq is not None:
-        dq_replay = hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params)
+        hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params, record)
     else:
         plans.launch(record, _dq_launch, dq_grid, (
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
@@ -646,12 +635,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
     if record is not None:
-        plan = record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
-                           ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv", "dsum"),
-                           plans.CALL_VALUES)
-        if plan is not None:
-            plan.extra = ((hopper, dkdv_replay), (hopper_dq, dq_replay))
-        _PLANS.put(key, plan)
+        _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
+                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
+                                    plans.CALL_VALUES))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

@@ -40,14 +40,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from . import fwd_hopper, plans
 from .common import gluon_switch_on
 
-LOG2E = 1.4426950408889634
-
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
 _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
-_LAUNCHES = plans.GluonLaunches()
-last_config: str | None = None    # "gluon KEYSxQUERIES/SLOTSs" of the last launch (the bench)
 
 
 @gluon.jit
@@ -202,14 +198,9 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
     v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
-    kv_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(kv_bar.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)      # both consumers release a slot
+    kv_bar = fwd_hopper.barriers(2, 1)
+    ready = fwd_hopper.barriers(NUM_STAGES, 1)
+    empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
 
     gl.warp_specialize([
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem.index(0), v_smem.index(0),
@@ -247,25 +238,23 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)
 
 
-def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, replay=None):
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
     """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
-    (``rowsum(dO * O)``). The caller has checked :func:`supports`. Returns the launch's
-    replay (:meth:`.plans.GluonLaunches.launch`; ``replay``: one kept from a call of the same
-    signature)."""
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
+    plan's recorder (:func:`.plans.gluon_launch`)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = config(d)
-    global last_config
-    last_config = f"gluon {2 * block_n}x{block_m}/{stages}s"
     n_ntiles = sk // (2 * block_n)
-    return _LAUNCHES.launch(
-        _dkdv_hopper_kernel, (n_ntiles * b * hkv,),
+    plans.gluon_launch(
+        record, _dkdv_hopper_kernel, (n_ntiles * b * hkv,),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
          (dv, block_n)),
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
-         hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * LOG2E, params.softmax_scale),
+         hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * fwd_hopper.LOG2E,
+         params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
-        fwd_hopper.descriptor, replay)
+        fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s")

@@ -28,9 +28,8 @@ instructions touch an accumulator still in flight (see :mod:`.fwd_hopper`).
 The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
 multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ mode,
 no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
-``D = rowsum(dO * O)`` still comes from the preprocess kernel; a backward that runs this kernel
-keeps its launch plan, and the kernel is launched after the replay (as the dK/dV one), through
-its own (:class:`.plans.GluonLaunches`).
+``D = rowsum(dO * O)`` still comes from the preprocess kernel; the backward's launch plan
+holds this kernel's launch like the others (:func:`.plans.gluon_launch`).
 
 Status (docs/perf.md, session 10): correct on the H200 (every GPU test), but no net gain over
 the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k points (which are
@@ -47,8 +46,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from . import fwd_hopper, plans
 from .common import gluon_switch_on
 
-LOG2E = 1.4426950408889634
-
 # (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers).
 # Chosen offline by ptxas verdicts only (scripts/inspect_kernels.py --gluon; no GPU sweep yet):
 # 128 keys per tile is the only width at which ptxas keeps the wgmmas asynchronous (64 and 32
@@ -59,8 +56,6 @@ LOG2E = 1.4426950408889634
 # tile ahead (three slots: 288 KB); at d = 64 four slots take 192 KB (two and three also
 # compile clean).
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
-_LAUNCHES = plans.GluonLaunches()
-last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
 
 
 @gluon.jit
@@ -215,23 +210,22 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, 2 * rows, keys)
 
 
-def dq(q, k, v, dout, lse, dsum, dq_out, params, replay=None):
+def dq(q, k, v, dout, lse, dsum, dq_out, params, record=None) -> None:
     """dQ into ``dq_out`` (shaped and typed like q, foldable) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
-    (``rowsum(dO * O)``). The caller has checked :func:`supports`. Returns the launch's
-    replay (as :func:`.bwd_hopper.dkdv`)."""
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record`` as in
+    :func:`.bwd_hopper.dkdv`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_m, block_n, stages, regs = config(d)
-    global last_config
-    last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
     n_mtiles = sq // (2 * block_m)
-    return _LAUNCHES.launch(
-        _dq_hopper_kernel, (n_mtiles * b * hq,),
+    plans.gluon_launch(
+        record, _dq_hopper_kernel, (n_mtiles * b * hq,),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dq_out, block_m)),
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hq,
-         hq // hkv, sq, sk, n_mtiles, params.softmax_scale * LOG2E, params.softmax_scale),
+         hq // hkv, sq, sk, n_mtiles, params.softmax_scale * fwd_hopper.LOG2E,
+         params.softmax_scale),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
-        fwd_hopper.descriptor, replay)
+        fwd_hopper.descriptor, "dq", f"gluon {2 * block_m}x{block_n}/{stages}s")

@@ -288,32 +288,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
         batch, seqlen_q = q.shape[0], q.shape[1]
         seqlen_k = k.shape[1]
     key = plans.call_key(q, k, v, params)        # (q, k, v as the kernel sees them)
-    plan = None
-    if key is not None:
-        # (with the Gluon forward's switch and config: its choice is then a function of the key)
-        key = (*key, gluon_settings(q.device, ("fwd_hopper",)))
-        plan = _PLANS.get(key)
-    if plan is not None and plan.extra is not None:
-        # the Gluon forward chosen before: no checks, its launch replayed (~15 us less host
-        # time per call on the development CPU)
-        hopper, replay = plan.extra
-        out = alloc(out_shape, q.dtype, q.device)
-        lse = alloc((batch, q.shape[2], seqlen_q), torch.float32, q.device)
-        hopper.forward(q, k, v, params, out, lse, replay)
-        return out, lse
-    hopper = gluon_kernels("fwd_hopper", q.device)  # sm_90 dense (Gluon, where it is ahead)
-    if hopper is not None and hopper.supports(q, k, v, params):
-        out = alloc(out_shape, q.dtype, q.device)
-        lse = alloc((batch, q.shape[2], seqlen_q), torch.float32, q.device)
-        replay = hopper.forward(q, k, v, params, out, lse)
-        if key is not None and replay is not None:
-            gluon_plan = plans.Plan([], [], ())
-            gluon_plan.extra = (hopper, replay)
-            _PLANS.put(key, gluon_plan)
-        return out, lse
     record = None
     if key is not None:
+        # (with the Gluon forward's switch and config: whether it runs is then a function of
+        # the key, and its launch is a step of the plan like any other)
+        key = (*key, gluon_settings(q.device, ("fwd_hopper",)))
         inputs = {"q": q, "k": k, "v": v, **plans.params_tensors(params, q.device)}
+        plan = _PLANS.get(key)
         if plan is not None:
             out4, lse = plan.replay(inputs, q.device)
             return (out4[0].detach() if varlen else out4), lse
@@ -326,30 +307,34 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     out = out4[0].detach() if varlen else out4
     lse_shape = (nheads, q.shape[1]) if varlen else (batch, nheads, seqlen_q)
     lse = alloc(lse_shape, torch.float32, q.device)
-    slopes = params.alibi_slopes
-    stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
-    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
+    hopper = gluon_kernels("fwd_hopper", q.device)  # sm_90 dense (Gluon, where it is ahead)
+    if hopper is not None and hopper.supports(q, k, v, params):
+        hopper.forward(q, k, v, params, out4, lse, record)
+    else:
+        slopes = params.alibi_slopes
+        stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
+        HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
 
-    def grid(meta):
-        return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
+        def grid(meta):
+            return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
-    args = (
-        q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
-        *strides(q, varlen), *strides(k, varlen and not paged),
-        *strides(v, varlen and not paged), *strides(out4, varlen),
-        stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
-        seq_bucket(seqlen_q, seqlen_k))
-    kwargs = dict(
-        **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
-        **window_args(params), **score_args(params), **dropout_args(params), **bias,
-        **mod_args(params, q.device), **sparse_args(params, seqlen_k, lse, "kv"),
-        BLOCK_TABLE=params.block_table if paged else lse,
-        stride_bt=params.block_table.stride(0) if paged else 0,
-        HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
-        PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
-    )
-    plans.launch(record, _fwd_launch, grid, args, kwargs)
+        bias = bias_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
+        args = (
+            q, k, v, out4, lse, slopes if slopes is not None else lse, bias.pop("BIAS"),
+            *strides(q, varlen), *strides(k, varlen and not paged),
+            *strides(v, varlen and not paged), *strides(out4, varlen),
+            stride_slope_b, nheads, nheads // nheads_kv, seqlen_q, seqlen_k, head_d, head_dv,
+            seq_bucket(seqlen_q, seqlen_k))
+        kwargs = dict(
+            **varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse),
+            **window_args(params), **score_args(params), **dropout_args(params), **bias,
+            **mod_args(params, q.device), **sparse_args(params, seqlen_k, lse, "kv"),
+            BLOCK_TABLE=params.block_table if paged else lse,
+            stride_bt=params.block_table.stride(0) if paged else 0,
+            HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
+            PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
+        )
+        plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
         _PLANS.put(key, record.plan({**inputs, "out": out4, "lse": lse}, ("out", "lse"),
                                     ("out", "lse"), plans.CALL_VALUES))

@@ -64,8 +64,6 @@ LOG2E = 1.4426950408889634
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
 AHEAD = frozenset({(64, False), (128, False), (128, True)})
-_LAUNCHES = plans.GluonLaunches()
-last_config: str | None = None    # "gluon ROWSxKEYS/SLOTSs" of the last launch (the bench)
 
 
 @constexpr_function
@@ -124,21 +122,21 @@ def _query_block(n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr
 
 
 @gluon.jit
+def barriers(N: gl.constexpr, COUNT: gl.constexpr):
+    """N mbarriers in shared memory, each initialised to wait for COUNT arrivals."""
+    bars = gl.allocate_shared_memory(gl.int64, [N, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(N):
+        mbarrier.init(bars.index(i), count=COUNT)
+    return bars
+
+
+@gluon.jit
 def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
     """The barriers of a CTA whose two consumers stream one K/V ring (the forward, dQ): each
     consumer's Q barrier, and per slot K ready, V ready and empty (free again once both
     consumers released it), initialised."""
-    q_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(q_bar.index(i), count=1)
-    for i in gl.static_range(NUM_STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
-    return q_bar, k_ready, v_ready, empty
+    return (barriers(2, 1), barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 1),
+            barriers(NUM_STAGES, 2))
 
 
 @gluon.jit
@@ -423,21 +421,19 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
-            lse: torch.Tensor, replay=None):
+            lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
-    (natural log). The caller has checked :func:`supports`. Returns the launch's replay
-    (as :func:`.bwd_hopper.dkdv`)."""
+    (natural log). The caller has checked :func:`supports`; ``record`` as in
+    :func:`.bwd_hopper.dkdv`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d)
-    global last_config
-    last_config = f"gluon {2 * block_m}x{block_n}/{stages}s"
     n_mtiles = sq // (2 * block_m)
-    return _LAUNCHES.launch(
-        _fwd_hopper_kernel, (n_mtiles * b * hq,),
+    plans.gluon_launch(
+        record, _fwd_hopper_kernel, (n_mtiles * b * hq,),
         ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
         (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4),
-        descriptor, replay)
+        descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")

@@ -158,14 +158,11 @@ class _Launch:
 
 
 class Plan:
-    """A call signature's launches, the buffers each call allocates and the outputs it
-    returns (by name); ``extra``: what else the caller decided for the signature (the
-    backward: which Gluon kernels run after the replay, with their launches' replays; the
-    forward: the Gluon kernel and its launch's replay, in a plan with no launches)."""
+    """A call signature's launches (:class:`_Launch`, :class:`_GluonLaunch`), the buffers each
+    call allocates and the outputs it returns (by name)."""
 
-    def __init__(self, launches: list[_Launch], buffers: list[tuple], outputs: tuple[str, ...]):
+    def __init__(self, launches: list, buffers: list[tuple], outputs: tuple[str, ...]):
         self.launches, self.buffers, self.outputs = launches, buffers, outputs
-        self.extra = None
 
     def replay(self, tensors: dict, device: torch.device) -> tuple:
         """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
@@ -194,7 +191,14 @@ class Recorder:
             kwargs = {**kwargs, **tuned[1].all_kwargs()}
         else:
             fn = launcher
-        self.raw.append((fn, grid(kwargs) if callable(grid) else grid, args, kwargs, tuned))
+        self.raw.append((_Launch, fn, grid(kwargs) if callable(grid) else grid, args, kwargs,
+                         tuned))
+
+    def add_gluon(self, kernel, grid: tuple, descriptors: list, tiles: tuple, args: tuple,
+                  meta: dict, role: str, label: str) -> None:
+        """A Gluon launch (:func:`gluon_launch`)."""
+        self.raw.append((_GluonLaunch, kernel, grid, descriptors, tiles, args, meta, role,
+                         label))
 
     def plan(self, tensors: dict, buffers: tuple[str, ...], outputs: tuple[str, ...],
              scalars: dict | None = None):
@@ -207,7 +211,7 @@ class Recorder:
                  if t is not None and name not in buffers}
         names.update((id(tensors[name]), name) for name in buffers)
         try:
-            launches = [_Launch(*raw, names, scalars or {}) for raw in self.raw]
+            launches = [raw[0](*raw[1:], names, scalars or {}) for raw in self.raw]
         except LookupError:
             return None
         finally:
@@ -257,76 +261,60 @@ class Tma:
         self.base, self.shape, self.strides, self.padding = base, shape, strides, padding
 
 
-class GluonLaunches(Plans):
-    """One Gluon kernel launcher's recorded launches by signature.
-
-    The Gluon kernels (:mod:`.fwd_hopper`, :mod:`.bwd_hopper`, :mod:`.dq_hopper`) take TMA
-    descriptors, which hold the call's addresses, so the plans of the calls around them do not
-    cover them. Their launches are planned here instead: the key is every argument's value,
-    with tensors by :func:`sig`; a replay relaunches the compiled kernel with the call's own
-    tensors and light descriptors (:class:`Tma`) of the recorded shapes and strides, skipping
-    the descriptors' construction and Triton's binding (~30 us per launch on the development
-    CPU, several times that on the H200's host)."""
-
-    def launch(self, kernel, grid: tuple, tiles: tuple, args: tuple, meta: dict,
-               make_descriptor, replay: "_GluonReplay | None" = None) -> "_GluonReplay | None":
-        """``kernel[grid](*descriptors, *args, **meta)``, where the descriptors are
-        ``make_descriptor(t, rows)`` for each ``(t, rows)`` in ``tiles`` (the kernel's leading
-        parameters), unless this signature was launched before: then its replay. Returns that
-        replay (None when launches are not planned). A caller whose own plan key already
-        fixes this launch's key (the forward's and backward's plans) keeps the replay and
-        passes it back as ``replay``, skipping the key (~10 us per launch on the development
-        CPU)."""
-        if replay is not None:
-            replay(tiles, args)
-            return replay
-        planned = enabled() and hasattr(kernel, "device_caches")   # (not a capture stand-in)
-        key = None
-        if planned:
-            key = (kernel, grid, *device_key(tiles[0][0]), *((sig(t), rows) for t, rows in tiles),
-                   *(sig(a) if isinstance(a, torch.Tensor) else (type(a), a) for a in args),
-                   *meta.items())
-            replay = self.get(key)
-            if replay is not None:
-                replay(tiles, args)
-                return replay
-        descriptors = [make_descriptor(t, rows) for t, rows in tiles]
-        kernel[grid](*descriptors, *args, **meta)
-        if not planned:
-            return None
-        replay = _GluonReplay(kernel, grid, descriptors, args, meta)
-        self.put(key, replay)
-        return replay
+# The label of each Gluon kernel's last launch by role ("fwd", "dkdv", "dq"), planned or
+# replayed: the bench reports which kernels and configs ran.
+gluon_configs: dict[str, str] = {}
 
 
-class _GluonReplay:
-    """A recorded Gluon launch: compiled kernel, grid, and the argument list with the
-    descriptors and tensors blanked (kept: the descriptors' shapes, strides and padding)."""
+def gluon_launch(record: Recorder | None, kernel, grid: tuple, tiles: tuple, args: tuple,
+                 meta: dict, make_descriptor, role: str, label: str) -> None:
+    """``kernel[grid](*descriptors, *args, **meta)`` for a Gluon kernel, whose leading
+    parameters are TMA descriptors ``make_descriptor(t, rows)`` of each ``(t, rows)`` in
+    ``tiles``; then kept by ``record`` when the call is recorded (:class:`_GluonLaunch`)."""
+    descriptors = [make_descriptor(t, rows) for t, rows in tiles]
+    kernel[grid](*descriptors, *args, **meta)
+    gluon_configs[role] = label
+    if record is not None and hasattr(kernel, "device_caches"):   # (not a capture stand-in)
+        record.add_gluon(kernel, grid, descriptors, tiles, args, meta, role, label)
 
-    def __init__(self, kernel, grid: tuple, descriptors: list, args: tuple, meta: dict):
+
+class _GluonLaunch:
+    """One recorded Gluon launch. Its TMA descriptors hold the call's addresses, so a replay
+    passes light ones (:class:`Tma`) of the recorded shapes, strides and padding over the
+    call's own tensors (by name, as :class:`_Launch` does), skipping the descriptors'
+    construction and Triton's binding (~30 us per launch on the development CPU)."""
+
+    def __init__(self, kernel, grid: tuple, descriptors: list, tiles: tuple, args: tuple,
+                 meta: dict, role: str, label: str, names: dict, scalars: dict):
         binder = kernel.device_caches[driver.active.get_current_device()][4]
         bound, _, _ = binder(*descriptors, *args, **meta)
         self.values = list(bound.values())
-        n = len(descriptors)
-        self.tmas = [(d.shape, d.strides, d.padding) for d in descriptors]
-        self.tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        for i in range(n):
+        self.role, self.label = role, label
+        self.tmas = []                                # (tensor name, shape, strides, padding)
+        for i, ((t, _), d) in enumerate(zip(tiles, descriptors)):
+            if id(t) not in names:
+                raise LookupError("a TMA descriptor over a tensor the call did not name")
+            self.tmas.append((i, names[id(t)], d.shape, d.strides, d.padding))
             self.values[i] = None                     # (keep no tensor alive)
-        for i in self.tensors:
-            self.values[n + i] = None
+        self.places = []
+        for i, a in enumerate(args, start=len(tiles)):
+            if isinstance(a, torch.Tensor):
+                if id(a) not in names:
+                    raise LookupError("a tensor the call did not name")
+                self.places.append((i, names[id(a)]))
+                self.values[i] = None
         compiled = kernel.run(*descriptors, *args, grid=grid, warmup=True, **meta)
         self.kernel = compiled.result() if hasattr(compiled, "result") else compiled
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
 
-    def __call__(self, tiles: tuple, args: tuple) -> None:
+    def __call__(self, tensors: dict, stream) -> None:
+        gluon_configs[self.role] = self.label
         values = list(self.values)
-        for i, ((t, _), (shape, strides, padding)) in enumerate(zip(tiles, self.tmas)):
-            values[i] = Tma(t, shape, strides, padding)   # (t's address is its folded view's)
-        n = len(tiles)
-        for i in self.tensors:
-            values[n + i] = args[i]
+        for i, name, shape, strides, padding in self.tmas:
+            values[i] = Tma(tensors[name], shape, strides, padding)   # (its folded view's address)
+        for i, name in self.places:
+            values[i] = tensors[name]
         k = self.kernel
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
         k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
 
 
