@@ -101,13 +101,14 @@ PY
         tests/test_dq_hopper.py 2>&1 \
         | tee "$OUT/gluon-tests.log" | tail -5 ;;
     gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / Gluon
-      # everywhere / default (Gluon where it measured ahead; GLUON_FWD_VARIANTS overrides),
+      # where it measured ahead (default) / the same with the persistent grid
+      # (GLUON_FWD_VARIANTS overrides, e.g. gluon:FLASHTILE_GLUON_FWD=1 for Gluon everywhere),
       # forward+backward with the tile-level dK/dV / the Gluon one (default) / Gluon dK/dV
       # and Gluon dQ (GLUON_BWD_VARIANTS overrides the list)
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal both"
       if [ $step = gluonfwd ]; then mode=fwd
-        variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 gluon:FLASHTILE_GLUON_FWD=1 auto:})
+        variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto: persistent:FLASHTILE_GLUON_FWD_PERSISTENT=1})
       else mode=fwdbwd
         variants=(${GLUON_BWD_VARIANTS:-tile:FLASHTILE_GLUON_BWD=0 gluon: dq:FLASHTILE_GLUON_DQ=1})
       fi

@@ -120,6 +120,39 @@ def test_gluon_forward_and_gradients(gluon_calls, monkeypatch, shape, causal, dt
     assert len(dkdv_calls) == 1, "this call should have run the Gluon dK/dV kernel"
 
 
+def test_persistent_grid_size(monkeypatch):
+    """``FLASHTILE_GLUON_FWD_PERSISTENT=1``: one program per SM (fewer when there are fewer
+    work items); otherwise, and for tensors off CUDA, one program per work item."""
+    monkeypatch.setattr(fwd_hopper, "_sm_count", lambda index: 132)
+    cuda = torch.device("cuda", 0)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_PERSISTENT", raising=False)
+    assert fwd_hopper.programs(288, cuda) == 288
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_PERSISTENT", "1")
+    assert fwd_hopper.programs(288, cuda) == 132
+    assert fwd_hopper.programs(100, cuda) == 100
+    assert fwd_hopper.programs(288, torch.device("cpu")) == 288
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(3, 1024, 12, 4, 128), (3, 1024, 12, 12, 64),
+                                   (1, 256, 2, 2, 128)],
+                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
+    """One program per SM, each looping over work items through one K/V ring: 288 items of
+    128 rows over the SMs (two or three apiece, of different lengths when causal), and a
+    call with fewer items than SMs; outputs and gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_PERSISTENT", "1")
+    b, s, hq, hkv, d = shape
+    n_work = b * hq * s // 128
+    if n_work > 200:
+        assert fwd_hopper.programs(n_work, torch.device("cuda")) < n_work / 2
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
 @pytest.mark.gpu
 @needs_hopper
 def test_scale_reaches_the_kernel(gluon_calls):

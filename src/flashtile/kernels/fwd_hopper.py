@@ -10,7 +10,15 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
   consumers can hold S, the next S and O (up to 240 registers per thread, no spills); P goes
   to the tensor cores through a shared-memory tile (see below);
 - **intra-warpgroup overlap**: each consumer issues the next tile's ``S = Q K^T`` before it
-  runs the current tile's exp2 and row sums, which then run while the tensor cores work.
+  runs the current tile's exp2 and row sums, which then run while the tensor cores work;
+- **work items**: a program takes items ``program_id``, ``+ num_programs``, ... (128 query
+  rows of one head each) through one K/V ring, loads the next item's Q as soon as the last
+  ``S`` has read the current one and leaves O's TMA store in flight. With one program per
+  item (the default grid) that is one item each; ``FLASHTILE_GLUON_FWD_PERSISTENT=1`` launches
+  one program per SM, so that one item's epilogue and the next one's loads overlap: at short
+  sequences an item has few K/V tiles and its prologue and epilogue are exposed (the shared
+  memory, ~200 KB, holds one program per SM). **Not yet run on a GPU** (session 11, offline:
+  compiles with 8 waits for 48 HGMMA and no spills, d 64/128, causal or not).
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -85,29 +93,36 @@ def _p_layout(rows, keys, dtype):
 
 
 @gluon.jit
-def _program_tile(n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr):
-    """(tile, batch * heads + head) of this program. Without a mask a head's tiles are
-    neighbours in the grid (its K/V stay in L2); causal grids take every head's heaviest tile
-    first: the last query tile (the forward, ``HEAVY_LAST``) or the first key tile (dK/dV)."""
-    pid = gl.program_id(0)
-    n_bh = gl.num_programs(0) // n_tiles
-    tile = pid % n_tiles
-    bh = pid // n_tiles
+def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr):
+    """(tile, batch * heads + head) of work item ``w`` of ``n_work``. Without a mask a head's
+    tiles are neighbours in the order (its K/V stay in L2); causal orders take every head's
+    heaviest tile first: the last query tile (the forward, ``HEAVY_LAST``) or the first key
+    tile (dK/dV)."""
+    n_bh = n_work // n_tiles
+    tile = w % n_tiles
+    bh = w // n_tiles
     if CAUSAL:
-        tile = pid // n_bh
-        bh = pid % n_bh
+        tile = w // n_bh
+        bh = w % n_bh
         if HEAVY_LAST:
             tile = n_tiles - 1 - tile
     return tile, bh
 
 
 @gluon.jit
-def _query_block(n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr,
-                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
-    """This program's ROWS query rows of one (batch, head): (first row m0, batch, head, Q/O
+def _program_tile(n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr):
+    """(tile, batch * heads + head) of this program, one work item per program
+    (:func:`_work_tile`)."""
+    return _work_tile(gl.program_id(0), gl.num_programs(0), n_tiles, CAUSAL, HEAVY_LAST)
+
+
+@gluon.jit
+def _work_block(w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr,
+                BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
+    """Work item w's ROWS query rows of one (batch, head): (first row m0, batch, head, Q/O
     row and column in the folded views, K/V row and column, K/V tiles to visit, tiles before
     the causal mask starts)."""
-    tile, bh = _program_tile(n_mtiles, CAUSAL, True)
+    tile, bh = _work_tile(w, n_work, n_mtiles, CAUSAL, True)
     off_b = bh // nheads
     off_h = bh % nheads
     m0 = tile * ROWS
@@ -119,6 +134,14 @@ def _query_block(n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr
         n_unmasked = n_tiles
     return (m0, off_b, off_h, off_b * seqlen_q + m0, off_h * HEAD_D, off_b * seqlen_k,
             (off_h // group) * HEAD_D, n_tiles, n_unmasked)
+
+
+@gluon.jit
+def _query_block(n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr,
+                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
+    """:func:`_work_block` of this program (one work item per program; the dQ kernel)."""
+    return _work_block(gl.program_id(0), gl.num_programs(0), n_mtiles, nheads, group, seqlen_q,
+                       seqlen_k, ROWS, BLOCK_N, HEAD_D, CAUSAL)
 
 
 @gluon.jit
@@ -140,15 +163,17 @@ def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
-             kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Loader partition: K and V tiles 0..n_tiles-1 into the ring; a slot is refilled only after
-    both consumers released it (``empty``), K and V signal separately so S = Q K^T can start
-    before V has landed."""
+def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
+                  n_tiles, it, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """K and V tiles 0..n_tiles-1 into the ring, as its loads ``it``, ``it + 1``, ... (slot
+    and barrier phase follow from that count); a slot is refilled only after both consumers
+    released it (``empty``), K and V signal separately so S = Q K^T can start before V has
+    landed."""
     for j in range(n_tiles):
-        slot = j % NUM_STAGES
+        r = it + j
+        slot = r % NUM_STAGES
         # A fresh barrier passes a wait on parity 1: the first lap finds every slot free.
-        mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) & 1) ^ 1)
+        mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
         row = kv_row0 + j * BLOCK_N
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
@@ -156,6 +181,30 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
                                         v_smem.index(slot))
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
+             kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Loader partition of one work item (the dQ kernel): its K/V tiles into a fresh ring."""
+    _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
+                  n_tiles, 0, BLOCK_N, NUM_STAGES)
+
+
+@gluon.jit
+def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads, group,
+                seqlen_q, seqlen_k, n_mtiles, n_work, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Loader partition of the forward: the K/V tiles of this program's work items
+    (``program_id``, ``+ num_programs``, ...) through one ring, so the next item's first
+    tiles load while the consumers finish the current one."""
+    it = 0
+    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        _, _, _, _, _, kv_row0, kv_col, n_tiles, _ = _work_block(
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N, HEAD_D, CAUSAL)
+        _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
+                      n_tiles, it, BLOCK_N, NUM_STAGES)
+        it += n_tiles
 
 
 @gluon.jit
@@ -192,122 +241,141 @@ def _probs(s, m_new, alpha, l_i, p_smem):
 
 
 @gluon.jit
-def _start(q_smem, k_smem, k_ready, first_row, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-           HEAD_D: gl.constexpr, s_layout: gl.constexpr, o_layout: gl.constexpr):
-    """The online softmax's start for ROWS query rows from sequence row ``first_row``: row
-    max -inf, row sum 0, the rows' positions, S's zero input, S_0 (complete) and O's zero
-    accumulator. S_0 is waited for before O's zeros exist: the compiler would otherwise place
-    them after the first issue, and ptxas serialises every wgmma when ordinary instructions
-    write an accumulator mid-flight (C7515)."""
+def _start(q_smem, k_smem, k_ready, it, first_row, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+           HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, s_layout: gl.constexpr,
+           o_layout: gl.constexpr):
+    """The online softmax's start for ROWS query rows from sequence row ``first_row`` whose
+    first K tile is the ring's load ``it``: row max -inf, row sum 0, the rows' positions, S's
+    zero input, S_0 (complete) and O's zero accumulator. S_0 is waited for before O's zeros
+    exist: the compiler would otherwise place them after the first issue, and ptxas serialises
+    every wgmma when ordinary instructions write an accumulator mid-flight (C7515)."""
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
     l_i = gl.full([ROWS], 0.0, gl.float32, row_layout)
     rows = first_row + gl.arange(0, ROWS, layout=row_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    mbarrier.wait(k_ready.index(0), 0)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
+    mbarrier.wait(k_ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
+    s_tok = warpgroup_mma(q_smem, k_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
     s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
     acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_D], gl.float32, o_layout))
     return m_i, l_i, rows, s_zero, s_tok, acc
 
 
 @gluon.jit
-def _pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES: gl.constexpr):
-    """Issue O += P_j V_j once V_j has landed."""
-    slot = j % NUM_STAGES
-    mbarrier.wait(v_ready.index(slot), (j // NUM_STAGES) & 1)
+def _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES: gl.constexpr):
+    """Issue O += P V once V (the ring's load r) has landed."""
+    slot = r % NUM_STAGES
+    mbarrier.wait(v_ready.index(slot), (r // NUM_STAGES) & 1)
     return warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
 
 
 @gluon.jit
-def _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem, p_smem, k_ready, v_ready,
+def _next_and_pv(s, m_new, alpha, l_i, acc, r, q_smem, k_smem, v_smem, p_smem, k_ready, v_ready,
                  s_zero, NUM_STAGES: gl.constexpr):
-    """Issue S_{j+1}; then P_j's exp2 and row sums, which run while it computes; then P_j V_j.
-    Returns S_{j+1} and O in flight and the new row sums."""
-    nslot = (j + 1) % NUM_STAGES
-    mbarrier.wait(k_ready.index(nslot), ((j + 1) // NUM_STAGES) & 1)
+    """For the tile in ring load r: issue the next tile's S; then this tile's exp2 and row
+    sums, which run while it computes; then its P V. Returns the next S and O in flight and
+    the new row sums."""
+    nslot = (r + 1) % NUM_STAGES
+    mbarrier.wait(k_ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
     s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero, use_acc=False,
                           is_async=True)
     p_op, l_i = _probs(s, m_new, alpha, l_i, p_smem)
-    return s_tok, _pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES), l_i
+    return s_tok, _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES), l_i
 
 
 @gluon.jit
-def _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem, p_smem, v_ready,
-               BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+def _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0, q_col, dtype: gl.constexpr,
                o_layout: gl.constexpr):
-    """The last tile j (no next S to issue): O, row max and row sum, all complete."""
-    s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
-                                 CAUSAL, o_layout)
-    p_op, l_i = _probs(s, m_i, alpha, l_i, p_smem)
-    acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, j, NUM_STAGES),))
-    return acc, m_i, l_i
-
-
-@gluon.jit
-def _write_out(acc, m_i, l_i, lse_row, q_smem, o_desc, q_row0, q_col, dtype: gl.constexpr,
-               o_layout: gl.constexpr):
-    """O = acc / l through Q's shared-memory tile (no longer read) by TMA; LSE = m + log l
-    (natural log) at ``lse_row`` (pointers). Every row saw at least one key: l > 0."""
+    """O = acc / l through ``o_smem`` by TMA (not waited for: the next item's epilogue, or the
+    kernel's end, waits); LSE = m + log l (natural log) at ``lse_row`` (pointers). Every row
+    saw at least one key: l > 0."""
     acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     gl.store(lse_row, (m_i + gl.log2(l_i)) * 0.6931471805599453)
-    q_smem.store(acc.to(dtype))
+    tma.store_wait(0)          # (the previous item's O has left o_smem)
+    o_smem.store(acc.to(dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], q_smem)
+    tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], o_smem)
+
+
+@gluon.jit
+def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
+            HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+            HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
+    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows)."""
+    _, _, _, q_row0, q_col, _, _, _, _ = _work_block(
+        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D,
+        CAUSAL)
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row0 + HALF * BLOCK_M, q_col], q_bar, q_smem)
+
+
+@gluon.jit
+def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready, v_ready,
+             empty, LSE, stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
+             n_mtiles, n_work, qk_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
+             BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+             CAUSAL: gl.constexpr):
+    """Consumer partition (one warpgroup): for each of this program's work items, half
+    ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
+    on get the causal mask), read from the ring in the loader's order. Writes those rows of
+    O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's."""
+    s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
+    o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    dtype: gl.constexpr = q_desc.dtype
+    first, step = gl.program_id(0), gl.num_programs(0)
+
+    _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
+            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
+    it = 0          # K/V tiles read from the ring so far
+    t = 0           # work items done so far (Q's barrier phase)
+    for w in range(first, n_work, step):
+        m0, off_b, off_h, q_row0, q_col, _, _, n_tiles, n_unmasked = _work_block(
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+            HEAD_D, CAUSAL)
+        mbarrier.wait(q_bar, t & 1)
+        m_i, l_i, rows, s_zero, s_tok, acc = _start(q_smem, k_smem, k_ready, it,
+                                                    m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
+                                                    HEAD_D, NUM_STAGES, s_layout, o_layout)
+        # Per tile j: wait S_j; mask and row max; rescale O; issue S_{j+1}; exp2 and row sums
+        # (overlapping S_{j+1} on the tensor cores); issue P V_j.
+        for j in range(n_tiles - 1):    # the last tile has no next S: peeled below
+            s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
+                                           BLOCK_N, CAUSAL, o_layout)
+            if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
+                mbarrier.arrive(empty.index((it + j - 1) % NUM_STAGES), count=1)
+            s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, it + j, q_smem, k_smem,
+                                           v_smem, p_smem, k_ready, v_ready, s_zero, NUM_STAGES)
+            m_i = m_new
+        j = n_tiles - 1
+        s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
+                                     CAUSAL, o_layout)
+        if w + step < n_work:           # every S has read this Q: load the next item's
+            _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
+                    seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
+        p_op, l_i = _probs(s, m_i, alpha, l_i, p_smem)
+        acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, it + j, NUM_STAGES),))
+        if j > 0:
+            mbarrier.arrive(empty.index((it + j - 1) % NUM_STAGES), count=1)
+        mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)
+        lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
+        _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
+                   dtype, o_layout)
+        it += n_tiles
+        t += 1
     tma.store_wait(0)
 
 
 @gluon.jit
-def _consume(q_desc, o_desc, q_smem, p_smem, q_bar, k_smem, v_smem, k_ready, v_ready, empty,
-             LSE, lse_base, q_row0, q_col, first_row, n_tiles, n_unmasked, qk_scale,
-             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-             NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Consumer partition (one warpgroup): BLOCK_M query rows starting at sequence row
-    ``first_row`` over K/V tiles 0..n_tiles-1 (tiles from ``n_unmasked`` on get the causal
-    mask). Writes its rows of O (TMA) and LSE."""
-    s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
-    o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
-    dtype: gl.constexpr = q_desc.dtype
-
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
-    mbarrier.wait(q_bar, 0)
-
-    m_i, l_i, rows, s_zero, s_tok, acc = _start(q_smem, k_smem, k_ready, first_row, BLOCK_M,
-                                                BLOCK_N, HEAD_D, s_layout, o_layout)
-    # Per tile j: wait S_j; mask and row max; rescale O; issue S_{j+1}; exp2 and row sums
-    # (overlapping S_{j+1} on the tensor cores); issue P V_j.
-    for j in range(n_tiles - 1):        # the last tile has no next S: peeled below
-        s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
-                                       BLOCK_N, CAUSAL, o_layout)
-        if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
-            mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
-        s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, j, q_smem, k_smem, v_smem,
-                                       p_smem, k_ready, v_ready, s_zero, NUM_STAGES)
-        m_i = m_new
-    j = n_tiles - 1
-    acc, m_i, l_i = _last_tile(s_tok, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_smem,
-                               p_smem, v_ready, BLOCK_N, NUM_STAGES, CAUSAL, o_layout)
-    if j > 0:
-        mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
-    mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)
-    _write_out(acc, m_i, l_i, LSE + lse_base + rows, q_smem, o_desc, q_row0, q_col, dtype,
-               o_layout)
-
-
-@gluon.jit
 def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride_lse_h,
-                       nheads, group, seqlen_q, seqlen_k, n_mtiles, qk_scale,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr):
-    # One CTA: 2 * BLOCK_M query rows of one (batch, head).
-    m0, off_b, off_h, q_row0, q_col, kv_row0, kv_col, n_tiles, n_unmasked = _query_block(
-        n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
-    lse_base = off_b * stride_lse_b + off_h * stride_lse_h
-
+    # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
+    # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
+    o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     p_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, BLOCK_N],
@@ -315,15 +383,17 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     q_bar, k_ready, v_ready, empty = _kv_ring_barriers(NUM_STAGES)
 
     gl.warp_specialize([
-        (_consume, (q_desc, o_desc, q_smem.index(0), p_smem.index(0), q_bar.index(0), k_smem,
-                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0, q_col, m0, n_tiles,
-                    n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_consume, (q_desc, o_desc, q_smem.index(1), p_smem.index(1), q_bar.index(1), k_smem,
-                    v_smem, k_ready, v_ready, empty, LSE, lse_base, q_row0 + BLOCK_M, q_col,
-                    m0 + BLOCK_M, n_tiles, n_unmasked, qk_scale, BLOCK_M, BLOCK_N, HEAD_D,
-                    NUM_STAGES, CAUSAL)),
-        (_load_kv, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
-                    n_tiles, BLOCK_N, NUM_STAGES)),
+        (_consume, (q_desc, o_desc, q_smem.index(0), o_smem.index(0), p_smem.index(0),
+                    q_bar.index(0), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
+                    stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
+                    0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_consume, (q_desc, o_desc, q_smem.index(1), o_smem.index(1), p_smem.index(1),
+                    q_bar.index(1), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
+                    stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
+                    1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads, group,
+                       seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M, BLOCK_N, HEAD_D,
+                       NUM_STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -420,6 +490,23 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def programs(n_work: int, device: torch.device) -> int:
+    """The grid for ``n_work`` work items: one program each, or, with
+    ``FLASHTILE_GLUON_FWD_PERSISTENT=1``, one per SM (a program's shared memory fills an SM),
+    each looping over items ``program_id``, ``+ num_programs``, ... so that one item's
+    epilogue and the next one's first loads overlap (short sequences: few K/V tiles per item).
+    Not yet measured; off by default."""
+    if device.type != "cuda" or os.environ.get("FLASHTILE_GLUON_FWD_PERSISTENT", "0") in ("", "0"):
+        return n_work
+    return min(n_work, _sm_count(device.index if device.index is not None
+                                 else torch.cuda.current_device()))
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -429,10 +516,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d)
     n_mtiles = sq // (2 * block_m)
+    n_work = n_mtiles * b * hq
     plans.gluon_launch(
-        record, _fwd_hopper_kernel, (n_mtiles * b * hq,),
+        record, _fwd_hopper_kernel, (programs(n_work, q.device),),
         ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
-        (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles,
+        (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4),
