@@ -86,6 +86,10 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
 
 
+# Further variables a Gluon kernel's launch reads (for plan keys): the forward's grid.
+GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",)}
+
+
 def gluon_switch(module: str) -> str:
     """The Gluon kernel ``module``'s switch: its variable, else its default (``"auto"``: on
     where it measured ahead, the module decides; ``"0"`` or empty: off; anything else: on)."""
@@ -100,11 +104,12 @@ def gluon_switch_on(module: str) -> bool:
 
 def gluon_settings(device: torch.device, modules: tuple[str, ...]) -> tuple | None:
     """All that a call's choice of the Gluon ``modules`` reads besides its signature (for a
-    plan key): None off sm_90, where none runs; else their switches' and config overrides'
-    values."""
+    plan key): None off sm_90, where none runs; else their switches', config overrides' and
+    options' (:data:`GLUON_OPTIONS`) values."""
     if not is_sm90(device):
         return None
-    return tuple(getenv(name) for m in modules for name in GLUON_SWITCHES[m][::2])
+    return tuple(getenv(name) for m in modules
+                 for name in (*GLUON_SWITCHES[m][::2], *GLUON_OPTIONS.get(m, ())))
 
 
 @functools.lru_cache(maxsize=None)

@@ -501,7 +501,7 @@ def programs(n_work: int, device: torch.device) -> int:
     each looping over items ``program_id``, ``+ num_programs``, ... so that one item's
     epilogue and the next one's first loads overlap (short sequences: few K/V tiles per item).
     Not yet measured; off by default."""
-    if device.type != "cuda" or os.environ.get("FLASHTILE_GLUON_FWD_PERSISTENT", "0") in ("", "0"):
+    if device.type != "cuda" or getenv("FLASHTILE_GLUON_FWD_PERSISTENT", "0") in ("", "0"):
         return n_work
     return min(n_work, _sm_count(device.index if device.index is not None
                                  else torch.cuda.current_device()))
