@@ -103,18 +103,19 @@ PY
     gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / Gluon
       # where it measured ahead (default) / the same with the persistent grid
       # (GLUON_FWD_VARIANTS overrides, e.g. gluon:FLASHTILE_GLUON_FWD=1 for Gluon everywhere),
-      # forward+backward with the tile-level dK/dV / the Gluon one (default) / Gluon dK/dV
-      # and Gluon dQ (GLUON_BWD_VARIANTS overrides the list)
+      # forward+backward with the tile-level dK/dV / the Gluon one (default) / both Gluon
+      # kernels with persistent grids (GLUON_BWD_VARIANTS overrides the list; "name:A=1+B=2"
+      # sets several variables)
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal both"
       if [ $step = gluonfwd ]; then mode=fwd
         variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto: persistent:FLASHTILE_GLUON_FWD_PERSISTENT=1})
       else mode=fwdbwd
-        variants=(${GLUON_BWD_VARIANTS:-tile:FLASHTILE_GLUON_BWD=0 gluon: dq:FLASHTILE_GLUON_DQ=1})
+        variants=(${GLUON_BWD_VARIANTS:-tile:FLASHTILE_GLUON_BWD=0 gluon: persistent:FLASHTILE_GLUON_BWD_PERSISTENT=1+FLASHTILE_GLUON_FWD_PERSISTENT=1})
       fi
       for v in "${variants[@]}"; do
         echo "--- $mode ${v%%:*}"
-        env ${v#*:} timeout ${GLUON_BENCH_TIMEOUT:-170} $B --mode $mode \
+        env $(tr + " " <<< "${v#*:}") timeout ${GLUON_BENCH_TIMEOUT:-170} $B --mode $mode \
           --out "$OUT/gluon-$mode-${v%%:*}" 2>&1 | grep -E "^│ +[0-9]|geomean|WRONG"
       done 2>&1 | tee "$OUT/gluon-$mode.log" ;;
     gluonsweep|gluonfwdsweep) # the Gluon kernels' configs, vs cuDNN in the same runs; every

@@ -81,6 +81,27 @@ def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d)
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64),
+                                   (1, 256, 2, 2, 128)],
+                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_PERSISTENT=1``: one program per SM, each looping over work items
+    (512 or 256 items of 128 keys: two to four apiece, of different lengths when causal) with
+    K and V double-buffered, and a call with fewer items than SMs; gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
+    b, s, hq, hkv, d = shape
+    n_work = b * hkv * s // 128
+    if n_work > 200:
+        assert fwd_hopper.programs(n_work, torch.device("cuda"),
+                                   "FLASHTILE_GLUON_BWD_PERSISTENT") < n_work / 1.9
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
 def test_replayed_calls_launch_it_afresh(backward_calls, monkeypatch):
     """A backward replayed from its launch plan launches the Gluon kernel afresh, with this
     call's pointers, and gives the same gradients."""

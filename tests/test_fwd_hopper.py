@@ -121,8 +121,9 @@ def test_gluon_forward_and_gradients(gluon_calls, monkeypatch, shape, causal, dt
 
 
 def test_persistent_grid_size(monkeypatch):
-    """``FLASHTILE_GLUON_FWD_PERSISTENT=1``: one program per SM (fewer when there are fewer
-    work items); otherwise, and for tensors off CUDA, one program per work item."""
+    """``FLASHTILE_GLUON_FWD_PERSISTENT=1`` (``_BWD_``: the dK/dV kernel): one program per SM
+    (fewer when there are fewer work items); otherwise, and for tensors off CUDA, one program
+    per work item."""
     monkeypatch.setattr(fwd_hopper, "_sm_count", lambda index: 132)
     cuda = torch.device("cuda", 0)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_PERSISTENT", raising=False)
@@ -131,6 +132,10 @@ def test_persistent_grid_size(monkeypatch):
     assert fwd_hopper.programs(288, cuda) == 132
     assert fwd_hopper.programs(100, cuda) == 100
     assert fwd_hopper.programs(288, torch.device("cpu")) == 288
+    variable = "FLASHTILE_GLUON_BWD_PERSISTENT"         # (the dK/dV kernel's grid)
+    assert fwd_hopper.programs(288, cuda, variable) == 288
+    monkeypatch.setenv(variable, "1")
+    assert fwd_hopper.programs(288, cuda, variable) == 132
 
 
 @pytest.mark.gpu

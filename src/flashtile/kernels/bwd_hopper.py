@@ -16,7 +16,13 @@ cannot give more registers to the warps that do the math. This kernel can:
   ``dS^T = P^T (dP^T - D)``, ``dV += P^T dO``, ``dK += dS^T Q`` (P^T and dS^T go to the
   tensor cores from registers; Q and dO from shared memory, read as they are and transposed);
 - **GQA**: a CTA walks the query tiles of every query head of its KV head, so dK and dV are
-  summed in registers and written once.
+  summed in registers and written once;
+- **work items**: a program takes items ``program_id``, ``+ num_programs``, ... (128 keys of
+  one KV head each) through one (Q, dO) ring; each consumer's K and V alternate between two
+  buffers, so the next item's load runs during the current one and its dK/dV stores leave
+  without a wait. With the default grid (one program per item) that is one item each;
+  ``FLASHTILE_GLUON_BWD_PERSISTENT=1`` launches one program per SM. **Not yet run on a GPU**
+  (session 11, offline: 8 waits for 64-80 HGMMA, no spills, d 64/128, causal or not).
 
 Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
@@ -47,20 +53,52 @@ _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
 
 
 @gluon.jit
-def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, q_row0, q_col0, i0, n_i, n_t,
-               BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Loader partition: (Q, dO) tiles t = 0..n_t-1 into the ring, where tile t is query tile
-    ``i0 + t % n_i`` of the group's query head ``t // n_i``; a slot is refilled only after both
-    consumers released it."""
-    for t in range(n_t):
-        slot = t % NUM_STAGES
-        mbarrier.wait(empty.index(slot), ((t // NUM_STAGES) & 1) ^ 1)
-        row = q_row0 + (i0 + t % n_i) * BLOCK_M
-        col = q_col0 + (t // n_i) * HEAD_D
-        bar = ready.index(slot)
-        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
-        tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
+          stride_lse_h, stride_d_b, stride_d_h, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
+    """Work item w: 2 * BLOCK_N keys of one (batch, KV head), causal orders taking the first
+    keys (seen by the most queries) first. Returns (first key n0, K/V row and column in the
+    folded views, first query tile i0, query tiles per head n_i, tiles in all n_t, Q/dO row
+    and column, LSE and D offsets; the strides enter only the offsets)."""
+    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False)
+    off_b = bh // nheads_kv
+    off_hkv = bh % nheads_kv
+    n0 = tile * (2 * BLOCK_N)
+    if CAUSAL:   # queries before the item's first key see none of its keys
+        i0 = n0 // BLOCK_M
+    else:
+        i0 = 0
+    n_i = seqlen_q // BLOCK_M - i0
+    return (n0, off_b * seqlen_k + n0, off_hkv * HEAD_D, i0, n_i, group * n_i,
+            off_b * seqlen_q, off_hkv * group * HEAD_D,
+            off_b * stride_lse_b + off_hkv * group * stride_lse_h,
+            off_b * stride_d_b + off_hkv * group * stride_d_h)
+
+
+@gluon.jit
+def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
+               group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+               HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Loader partition: for each of this program's work items (``program_id``,
+    ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
+    across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
+    query head ``t // n_i``; a slot is refilled only after both consumers released it."""
+    it = 0
+    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
+            BLOCK_M, HEAD_D, CAUSAL)
+        for t in range(n_t):
+            r = it + t
+            slot = r % NUM_STAGES
+            mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
+            row = q_row0 + (i0 + t % n_i) * BLOCK_M
+            col = q_col0 + (t // n_i) * HEAD_D
+            bar = ready.index(slot)
+            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
+            tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+        it += n_t
 
 
 @gluon.jit
@@ -94,126 +132,149 @@ def _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M: gl
 
 
 @gluon.jit
+def _load_kv(k_desc, v_desc, k_buf, v_buf, bar, kv_row0, kv_col):
+    """Start loading a consumer's K and V tiles of one work item into ``k_buf``/``v_buf``."""
+    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [kv_row0, kv_col], bar, k_buf)
+    tma.async_copy_global_to_shared(v_desc, [kv_row0, kv_col], bar, v_buf)
+
+
+@gluon.jit
 def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem, do_smem,
-                  ready, empty, LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
-                  kv_row0, kv_col, first_key, i0, n_i, n_t, qk_scale, sm_scale,
-                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """Consumer partition (one warpgroup): dK and dV of BLOCK_N keys starting at sequence
-    position ``first_key``, over the loader's n_t (Q, dO) tiles; writes them by TMA."""
+                  ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
+                  n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                  HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
+    its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
+    K and V alternate between two buffers (``k_smem``/``v_smem``/``kv_bar`` index
+    ``2 * HALF + item % 2``): the next item's load in one while this item's dK/dV leave
+    through the other."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
+    first, step = gl.program_id(0), gl.num_programs(0)
 
-    mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(k_desc, [kv_row0, kv_col], kv_bar, k_smem)
-    tma.async_copy_global_to_shared(v_desc, [kv_row0, kv_col], kv_bar, v_smem)
-    mbarrier.wait(kv_bar, 0)
+    _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
+        first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
+        BLOCK_M, HEAD_D, CAUSAL)
+    _load_kv(k_desc, v_desc, k_smem.index(2 * HALF), v_smem.index(2 * HALF),
+             kv_bar.index(2 * HALF), kv_row0 + HALF * BLOCK_N, kv_col)
+    it = 0          # (Q, dO) tiles read from the ring so far
+    c = 0           # work items done so far
+    for w in range(first, n_work, step):
+        n0, kv_row0, kv_col, i0, n_i, n_t, _, _, lse_base, d_base = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
+            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL)
+        buf = 2 * HALF + c % 2
+        k_cur = k_smem.index(buf)
+        v_cur = v_smem.index(buf)
+        mbarrier.wait(kv_bar.index(buf), (c // 2) & 1)
 
-    keys = first_key + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
-    s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
-    mbarrier.wait(ready.index(0), 0)
-    st = warpgroup_mma(k_smem, q_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                       is_async=True)
-    dpt = warpgroup_mma(v_smem, do_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                        is_async=True)
-    # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
-    # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
-    st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
-    st, dpt = warpgroup_mma_init(st), warpgroup_mma_init(dpt)
-    dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
-    dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
-    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
-                             n_i, BLOCK_M, col_layout)
-    for t in range(n_t - 1):            # the last tile has no next S^T: peeled below
+        keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+        s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
+        st = warpgroup_mma(k_cur, q_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v_cur, do_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
+                            use_acc=False, is_async=True)
+        if w + step < n_work:
+            # The next item's K and V load during this one, into the other buffer once the
+            # previous item's dK and dV have left it. (Issued while tile 0's products run;
+            # placed after the last tile's wait instead, it made ptxas serialise every wgmma.)
+            tma.store_wait(0)
+            _, nrow, ncol, _, _, _, _, _, _, _ = _item(
+                w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
+                BLOCK_N, BLOCK_M, HEAD_D, CAUSAL)
+            nbuf = 2 * HALF + (c + 1) % 2
+            _load_kv(k_desc, v_desc, k_smem.index(nbuf), v_smem.index(nbuf), kv_bar.index(nbuf),
+                     nrow + HALF * BLOCK_N, ncol)
+        # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
+        # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
+        st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
+        st, dpt = warpgroup_mma_init(st), warpgroup_mma_init(dpt)
+        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
+                                 n_i, BLOCK_M, col_layout)
+        for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
+            r = it + t
+            st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+            if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
+                mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
+            pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
+                                           BLOCK_M, CAUSAL, dtype, a_layout)
+            # (the next tile's rows are fetched now, to land while the GEMMs run)
+            lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
+                                     t + 1, i0, n_i, BLOCK_M, col_layout)
+            slot = r % NUM_STAGES
+            dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+            dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+            nslot = (r + 1) % NUM_STAGES
+            mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
+            st = warpgroup_mma(k_cur, q_smem.index(nslot).permute((1, 0)), s_zero,
+                               use_acc=False, is_async=True)
+            dpt = warpgroup_mma(v_cur, do_smem.index(nslot).permute((1, 0)), s_zero,
+                                use_acc=False, is_async=True)
+        t = n_t - 1
+        r = it + t
         st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-        if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
-            mbarrier.arrive(empty.index((t - 1) % NUM_STAGES), count=1)
+        if t > 0:
+            mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
         pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
                                        BLOCK_M, CAUSAL, dtype, a_layout)
-        # (the next tile's rows are fetched now, to land while the GEMMs run)
-        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t + 1,
-                                 i0, n_i, BLOCK_M, col_layout)
-        slot = t % NUM_STAGES
+        slot = r % NUM_STAGES
         dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
         dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
-        nslot = (t + 1) % NUM_STAGES
-        mbarrier.wait(ready.index(nslot), ((t + 1) // NUM_STAGES) & 1)
-        st = warpgroup_mma(k_smem, q_smem.index(nslot).permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v_smem, do_smem.index(nslot).permute((1, 0)), s_zero,
-                            use_acc=False, is_async=True)
-    t = n_t - 1
-    st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-    if t > 0:
-        mbarrier.arrive(empty.index((t - 1) % NUM_STAGES), count=1)
-    pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M,
-                                   CAUSAL, dtype, a_layout)
-    slot = t % NUM_STAGES
-    dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
-    dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
-    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-    mbarrier.arrive(empty.index(slot), count=1)
+        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+        mbarrier.arrive(empty.index(slot), count=1)
 
-    # K and V are no longer read: their tiles stage dK and dV for the TMA stores.
-    k_smem.store((dk * sm_scale).to(dtype))
-    v_smem.store(dv.to(dtype))
-    fence_async_shared()
-    tma.async_copy_shared_to_global(dk_desc, [kv_row0, kv_col], k_smem)
-    tma.async_copy_shared_to_global(dv_desc, [kv_row0, kv_col], v_smem)
+        # This item's K and V are no longer read: their tiles stage dK and dV for the TMA
+        # stores (waited for before the buffer is loaded again, or at the end).
+        k_cur.store((dk * sm_scale).to(dtype))
+        v_cur.store(dv.to(dtype))
+        fence_async_shared()
+        tma.async_copy_shared_to_global(dk_desc, [kv_row0 + HALF * BLOCK_N, kv_col], k_cur)
+        tma.async_copy_shared_to_global(dv_desc, [kv_row0 + HALF * BLOCK_N, kv_col], v_cur)
+        it += n_t
+        c += 1
     tma.store_wait(0)
 
 
 @gluon.jit
 def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DSUM,
                         stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
-                        nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, qk_scale, sm_scale,
-                        BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                        nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale,
+                        sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                        HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr):
-    # One CTA: 2 * BLOCK_N keys of one (batch, KV head); causal: the first keys (seen by the
-    # most queries) first.
-    tile, bh = fwd_hopper._program_tile(n_ntiles, CAUSAL, False)
-    off_b = bh // nheads_kv
-    off_hkv = bh % nheads_kv
-    n0 = tile * (2 * BLOCK_N)
-    kv_row0 = off_b * seqlen_k + n0
-    kv_col = off_hkv * HEAD_D
-    n_qtiles = seqlen_q // BLOCK_M
-    if CAUSAL:   # queries before the CTA's first key see none of its keys
-        i0 = n0 // BLOCK_M
-    else:
-        i0 = 0
-    n_i = n_qtiles - i0
-    n_t = group * n_i
-    q_row0 = off_b * seqlen_q
-    q_col0 = off_hkv * group * HEAD_D
-    lse_base = off_b * stride_lse_b + off_hkv * group * stride_lse_h
-    d_base = off_b * stride_d_b + off_hkv * group * stride_d_h
-
+    # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
+    # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece.
     dtype: gl.constexpr = k_desc.dtype
-    k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], v_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_N, HEAD_D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
-    kv_bar = fwd_hopper.barriers(2, 1)
+    kv_bar = fwd_hopper.barriers(4, 1)
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
 
     gl.warp_specialize([
-        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem.index(0), v_smem.index(0),
-                         kv_bar.index(0), q_smem, do_smem, ready, empty, LSE, DSUM, lse_base,
-                         d_base, stride_lse_h, stride_d_h, kv_row0, kv_col, n0, i0, n_i, n_t,
-                         qk_scale, sm_scale, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem.index(1), v_smem.index(1),
-                         kv_bar.index(1), q_smem, do_smem, ready, empty, LSE, DSUM, lse_base,
-                         d_base, stride_lse_h, stride_d_h, kv_row0 + BLOCK_N, kv_col,
-                         n0 + BLOCK_N, i0, n_i, n_t, qk_scale, sm_scale, BLOCK_N, BLOCK_M,
-                         HEAD_D, NUM_STAGES, CAUSAL)),
-        (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, q_row0, q_col0, i0, n_i,
-                      n_t, BLOCK_M, HEAD_D, NUM_STAGES)),
+        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem,
+                         do_smem, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
+                         stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
+                         seqlen_k, qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
+                         CAUSAL)),
+        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem,
+                         do_smem, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
+                         stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
+                         seqlen_k, qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
+                         CAUSAL)),
+        (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
+                      nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
+                      NUM_STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -248,12 +309,14 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = config(d)
     n_ntiles = sk // (2 * block_n)
+    n_work = n_ntiles * b * hkv
     plans.gluon_launch(
-        record, _dkdv_hopper_kernel, (n_ntiles * b * hkv,),
+        record, _dkdv_hopper_kernel,
+        (fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT"),),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
          (dv, block_n)),
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
-         hkv, hq // hkv, sq, sk, n_ntiles, params.softmax_scale * fwd_hopper.LOG2E,
+         hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),

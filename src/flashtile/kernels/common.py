@@ -86,8 +86,9 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
 
 
-# Further variables a Gluon kernel's launch reads (for plan keys): the forward's grid.
-GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",)}
+# Further variables a Gluon kernel's launch reads (for plan keys): the grids.
+GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",),
+                 "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",)}
 
 
 def gluon_switch(module: str) -> str:

@@ -495,13 +495,14 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def programs(n_work: int, device: torch.device) -> int:
-    """The grid for ``n_work`` work items: one program each, or, with
-    ``FLASHTILE_GLUON_FWD_PERSISTENT=1``, one per SM (a program's shared memory fills an SM),
-    each looping over items ``program_id``, ``+ num_programs``, ... so that one item's
-    epilogue and the next one's first loads overlap (short sequences: few K/V tiles per item).
-    Not yet measured; off by default."""
-    if device.type != "cuda" or getenv("FLASHTILE_GLUON_FWD_PERSISTENT", "0") in ("", "0"):
+def programs(n_work: int, device: torch.device,
+             variable: str = "FLASHTILE_GLUON_FWD_PERSISTENT") -> int:
+    """The grid for ``n_work`` work items: one program each, or, with ``variable`` set to 1,
+    one per SM (a program's shared memory fills an SM), each looping over items
+    ``program_id``, ``+ num_programs``, ... so that one item's epilogue and the next one's
+    first loads overlap (short sequences: few tiles per item). Not yet measured; off by
+    default. (The Gluon dK/dV kernel: ``FLASHTILE_GLUON_BWD_PERSISTENT``.)"""
+    if device.type != "cuda" or getenv(variable, "0") in ("", "0"):
         return n_work
     return min(n_work, _sm_count(device.index if device.index is not None
                                  else torch.cuda.current_device()))
