@@ -9,7 +9,8 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import assert_replays_match, assert_within_budget, gluon_switched_on, needs_hopper
+from utils import (assert_replays_match, assert_within_budget, check_persistent,
+                   gluon_cases_over, gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -79,25 +80,14 @@ def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d)
     assert calls == []
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", [(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64),
-                                   (1, 256, 2, 2, 128)],
-                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+@gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_PERSISTENT=1``: one program per SM, each looping over work items
     (512 or 256 items of 128 keys: two to four apiece, of different lengths when causal) with
     K and V double-buffered, and a call with fewer items than SMs; gradients within budget."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
-    b, s, hq, hkv, d = shape
-    n_work = b * hkv * s // 128
-    if n_work > 200:
-        assert fwd_hopper.programs(n_work, torch.device("cuda"),
-                                   "FLASHTILE_GLUON_BWD_PERSISTENT") < n_work / 1.9
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
+    b, s, _, hkv, _ = shape
+    check_persistent(monkeypatch, "FLASHTILE_GLUON_BWD_PERSISTENT", shape, b * hkv * s // 128,
+                     causal, dtype, gluon_calls)
 
 
 @pytest.mark.gpu

@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 from test_kernels import check
-from utils import count_calls, gluon_cases, gluon_switched_on, needs_hopper
+from utils import (check_persistent, count_calls, gluon_cases, gluon_cases_over,
+                   gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
@@ -138,24 +139,14 @@ def test_persistent_grid_size(monkeypatch):
     assert fwd_hopper.programs(288, cuda, variable) == 132
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("shape", [(3, 1024, 12, 4, 128), (3, 1024, 12, 12, 64),
-                                   (1, 256, 2, 2, 128)],
-                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+@gluon_cases_over([(3, 1024, 12, 4, 128), (3, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """One program per SM, each looping over work items through one K/V ring: 288 items of
     128 rows over the SMs (two or three apiece, of different lengths when causal), and a
     call with fewer items than SMs; outputs and gradients within budget."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_PERSISTENT", "1")
-    b, s, hq, hkv, d = shape
-    n_work = b * hq * s // 128
-    if n_work > 200:
-        assert fwd_hopper.programs(n_work, torch.device("cuda")) < n_work / 2
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
+    b, s, hq, _, _ = shape
+    check_persistent(monkeypatch, "FLASHTILE_GLUON_FWD_PERSISTENT", shape, b * hq * s // 128,
+                     causal, dtype, gluon_calls)
 
 
 @pytest.mark.gpu

@@ -22,17 +22,23 @@ GLUON_SHAPES = [(2, 256, 4, 4, 128), (1, 1024, 8, 2, 128), (3, 512, 4, 1, 64),
                 (1, 2048, 2, 2, 64)]
 
 
-def gluon_cases(test):
-    """The Gluon kernels' GPU-test parametrization: ``shape`` over :data:`GLUON_SHAPES`,
-    ``causal`` and ``dtype`` (bf16, fp16), on an sm_90 GPU only."""
-    for mark in (pytest.mark.parametrize("shape", GLUON_SHAPES,
-                                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s)),
-                 pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"]),
-                 pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16],
-                                         ids=["bf16", "fp16"]),
-                 needs_hopper, pytest.mark.gpu):
-        test = mark(test)
-    return test
+def gluon_cases_over(shapes):
+    """The Gluon kernels' GPU-test parametrization: ``shape`` over ``shapes`` ``(b, s, hq,
+    hkv, d)``, ``causal`` and ``dtype`` (bf16, fp16), on an sm_90 GPU only."""
+    def mark(test):
+        for decorator in (pytest.mark.parametrize("shape", shapes,
+                                                  ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s)),
+                          pytest.mark.parametrize("causal", [False, True],
+                                                  ids=["full", "causal"]),
+                          pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16],
+                                                  ids=["bf16", "fp16"]),
+                          needs_hopper, pytest.mark.gpu):
+            test = decorator(test)
+        return test
+    return mark
+
+
+gluon_cases = gluon_cases_over(GLUON_SHAPES)
 
 
 def max_err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -91,6 +97,22 @@ def gluon_switched_on(monkeypatch, variable: str, module, name: str):
     flashtile.set_backend(None)
 
 
+def check_persistent(monkeypatch, variable: str, shape, n_work: int, causal: bool, dtype,
+                     calls: list) -> None:
+    """A Gluon kernel with its persistent grid (``variable=1``): with well over two work items
+    per SM the grid is one program per SM; outputs and gradients within budget
+    (``test_kernels.check``); the kernel launched once."""
+    from test_kernels import check
+
+    from flashtile.kernels import fwd_hopper
+    monkeypatch.setenv(variable, "1")
+    b, s, hq, hkv, d = shape
+    if n_work > 200:
+        assert fwd_hopper.programs(n_work, torch.device("cuda"), variable) < n_work / 1.9
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(calls) == 1
+
+
 def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
     """``runs`` forward+backward calls of one signature (bf16, causal, on the GPU) with the same
     inputs: the first records the backward's launch plan (the Gluon kernel counted in
@@ -115,5 +137,6 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
 
 
 __all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GLUON_SHAPES", "GPU", "HOPPER",
-           "assert_replays_match", "assert_within_budget", "count_calls", "flashtile",
-           "gluon_cases", "gluon_switched_on", "max_err", "needs_hopper", "shape_id"]
+           "assert_replays_match", "assert_within_budget", "check_persistent", "count_calls",
+           "flashtile", "gluon_cases", "gluon_cases_over", "gluon_switched_on", "max_err",
+           "needs_hopper", "shape_id"]
