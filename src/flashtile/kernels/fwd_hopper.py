@@ -110,13 +110,6 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
 
 
 @gluon.jit
-def _program_tile(n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr):
-    """(tile, batch * heads + head) of this program, one work item per program
-    (:func:`_work_tile`)."""
-    return _work_tile(gl.program_id(0), gl.num_programs(0), n_tiles, CAUSAL, HEAVY_LAST)
-
-
-@gluon.jit
 def _work_block(w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr,
                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
     """Work item w's ROWS query rows of one (batch, head): (first row m0, batch, head, Q/O
