@@ -100,18 +100,17 @@ PY
         -p no:cacheprovider tests/test_fwd_hopper.py tests/test_bwd_hopper.py \
         tests/test_dq_hopper.py 2>&1 \
         | tee "$OUT/gluon-tests.log" | tail -5 ;;
-    gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / Gluon
-      # where it measured ahead (default) / the same with the persistent grid
-      # (GLUON_FWD_VARIANTS overrides, e.g. gluon:FLASHTILE_GLUON_FWD=1 for Gluon everywhere),
-      # forward+backward with the tile-level dK/dV / the Gluon one (default) / both Gluon
-      # kernels with persistent grids (GLUON_BWD_VARIANTS overrides the list; "name:A=1+B=2"
-      # sets several variables)
+    gluonfwd|gluonbwd) # same-run comparisons against cuDNN: forward tile-level / default
+      # (Gluon where it measured ahead, its grid by its rule) / Gluon everywhere with one
+      # program per item / with one per SM (GLUON_FWD_VARIANTS overrides); forward+backward
+      # with the tile-level dK/dV / default / the Gluon dK/dV with one program per item
+      # (GLUON_BWD_VARIANTS overrides; "name:A=1+B=2" sets several variables)
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal both"
       if [ $step = gluonfwd ]; then mode=fwd
-        variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto: persistent:FLASHTILE_GLUON_FWD_PERSISTENT=1})
+        variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto: item:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=0 sm:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=1})
       else mode=fwdbwd
-        variants=(${GLUON_BWD_VARIANTS:-tile:FLASHTILE_GLUON_BWD=0 gluon: persistent:FLASHTILE_GLUON_BWD_PERSISTENT=1+FLASHTILE_GLUON_FWD_PERSISTENT=1})
+        variants=(${GLUON_BWD_VARIANTS:-tile:FLASHTILE_GLUON_BWD=0 auto: item:FLASHTILE_GLUON_BWD_PERSISTENT=0})
       fi
       for v in "${variants[@]}"; do
         echo "--- $mode ${v%%:*}"

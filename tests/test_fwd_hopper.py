@@ -122,28 +122,39 @@ def test_gluon_forward_and_gradients(gluon_calls, monkeypatch, shape, causal, dt
 
 
 def test_persistent_grid_size(monkeypatch):
-    """``FLASHTILE_GLUON_FWD_PERSISTENT=1`` (``_BWD_``: the dK/dV kernel): one program per SM
-    (fewer when there are fewer work items); otherwise, and for tensors off CUDA, one program
-    per work item."""
+    """The grids (``FLASHTILE_GLUON_FWD_PERSISTENT``; ``_BWD_``: the dK/dV kernel): ``1``
+    one program per SM (fewer when there are fewer work items), ``0`` one per item, unset or
+    ``auto`` the kernel's rule; one per item for tensors off CUDA."""
     monkeypatch.setattr(fwd_hopper, "_sm_count", lambda index: 132)
     cuda = torch.device("cuda", 0)
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_PERSISTENT", raising=False)
-    assert fwd_hopper.programs(288, cuda) == 288
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_PERSISTENT", "1")
-    assert fwd_hopper.programs(288, cuda) == 132
-    assert fwd_hopper.programs(100, cuda) == 100
-    assert fwd_hopper.programs(288, torch.device("cpu")) == 288
-    variable = "FLASHTILE_GLUON_BWD_PERSISTENT"         # (the dK/dV kernel's grid)
-    assert fwd_hopper.programs(288, cuda, variable) == 288
-    monkeypatch.setenv(variable, "1")
-    assert fwd_hopper.programs(288, cuda, variable) == 132
+    for variable in ("FLASHTILE_GLUON_FWD_PERSISTENT", "FLASHTILE_GLUON_BWD_PERSISTENT"):
+        monkeypatch.delenv(variable, raising=False)
+        assert fwd_hopper.programs(288, cuda, variable, True) == 132
+        assert fwd_hopper.programs(288, cuda, variable, False) == 288
+        monkeypatch.setenv(variable, "auto")
+        assert fwd_hopper.programs(288, cuda, variable, False) == 288
+        monkeypatch.setenv(variable, "1")
+        assert fwd_hopper.programs(288, cuda, variable, False) == 132
+        assert fwd_hopper.programs(100, cuda, variable, False) == 100
+        assert fwd_hopper.programs(288, torch.device("cpu"), variable, True) == 288
+        monkeypatch.setenv(variable, "0")
+        assert fwd_hopper.programs(288, cuda, variable, True) == 288
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (3, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
+def test_persistent_rules():
+    """Where the persistent grids run by default (measured, session 12): the forward's
+    everywhere but causal from 8k keys on; the dK/dV kernel's at d=64."""
+    assert fwd_hopper.persistent_ahead(False, 16384) and fwd_hopper.persistent_ahead(True, 4096)
+    assert not fwd_hopper.persistent_ahead(True, 8192)
+    assert bwd_hopper.persistent_ahead(64) and not bwd_hopper.persistent_ahead(128)
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """One program per SM, each looping over work items through one K/V ring: 288 items of
-    128 rows over the SMs (two or three apiece, of different lengths when causal), and a
-    call with fewer items than SMs; outputs and gradients within budget."""
+    128 rows over the SMs (two or three apiece, of different lengths when causal), 192 (the
+    second round partial, and in causal calls taken in reverse: the snake order), and a call
+    with fewer items than SMs; outputs and gradients within budget."""
     b, s, hq, _, _ = shape
     check_persistent(monkeypatch, "FLASHTILE_GLUON_FWD_PERSISTENT", shape, b * hq * s // 128,
                      causal, dtype, gluon_calls)

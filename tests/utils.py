@@ -108,7 +108,7 @@ def check_persistent(monkeypatch, variable: str, shape, n_work: int, causal: boo
     monkeypatch.setenv(variable, "1")
     b, s, hq, hkv, d = shape
     if n_work > 200:
-        assert fwd_hopper.programs(n_work, torch.device("cuda"), variable) < n_work / 1.9
+        assert fwd_hopper.programs(n_work, torch.device("cuda"), variable, False) < n_work / 1.9
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(calls) == 1
 

@@ -97,11 +97,23 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     """(tile, batch * heads + head) of work item ``w`` of ``n_work``. Without a mask a head's
     tiles are neighbours in the order (its K/V stay in L2); causal orders take every head's
     heaviest tile first: the last query tile (the forward, ``HEAVY_LAST``) or the first key
-    tile (dK/dV)."""
+    tile (dK/dV). A persistent program takes items ``program_id + k * num_programs``; causal
+    items get lighter with k, so on odd rounds k the programs take the round's items in
+    reverse ("snake" order) and each program's total stays close to the others' (the
+    hardware's scheduler no longer balances a static split; without it the persistent
+    forward measured 4-8% slower at causal 8k/16k, session 12). With one program per item
+    there is one round: the order is unchanged. (The forward's and dQ's orders only: in the
+    dK/dV kernel the snake's registers made ptxas spill at d=128, and its persistent grid
+    runs at d=64 alone.)"""
     n_bh = n_work // n_tiles
     tile = w % n_tiles
     bh = w // n_tiles
     if CAUSAL:
+        step = gl.num_programs(0)
+        base = w - w % step
+        if HEAVY_LAST and (w // step) % 2 == 1:
+            count = gl.minimum(n_work - base, step)     # (the last round may be partial)
+            w = base + count - 1 - w % step
         tile = w // n_bh
         bh = w % n_bh
         if HEAVY_LAST:
@@ -201,15 +213,12 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads,
 
 
 @gluon.jit
-def _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N: gl.constexpr,
-            CAUSAL: gl.constexpr, o_layout: gl.constexpr):
-    """Tile j's scores in the log2 domain, its new row max, and O rescaled to it.
-
-    Waits for everything in flight (S_j and the previous tile's P V): ptxas serialises every
-    wgmma of a stage in which ordinary instructions read or write an accumulator still in
-    flight (its warnings C7514/C7515), which a wait for S_j alone would trigger.
-    """
-    s, acc = warpgroup_mma_wait(0, deps=(s_tok, acc))
+def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
+                  CAUSAL: gl.constexpr):
+    """Tile j's complete scores ``s``: masked, scaled to the log2 domain; the new row max, the
+    discount ``alpha`` of the earlier tiles, the new row sum, and P = exp2(s - m) stored
+    (fenced) to ``p_buf``, the shared-memory A operand of its P V. (As a register operand P
+    made ptxas serialise every wgmma: C7512.)"""
     s = s * qk_scale
     if CAUSAL:
         if j >= n_unmasked:
@@ -217,20 +226,11 @@ def _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N: gl.constexp
             s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1))
     alpha = gl.exp2(m_i - m_new)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    return s, m_new, alpha, acc
-
-
-@gluon.jit
-def _probs(s, m_new, alpha, l_i, p_smem):
-    """P = exp2(s - m) into ``p_smem``, the shared-memory A operand of P V, and the running row
-    sum. (As a register operand, ptxas serialised every wgmma of the kernel: C7512.) The
-    caller has waited for the previous P V, the last reader of ``p_smem``."""
     p = gl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, axis=1)
-    p_smem.store(p.to(p_smem.dtype))
+    p_buf.store(p.to(p_buf.dtype))
     fence_async_shared()
-    return p_smem, l_i
+    return m_new, alpha, l_i
 
 
 @gluon.jit
@@ -247,12 +247,19 @@ def _start(q_smem, k_smem, k_ready, it, first_row, ROWS: gl.constexpr, BLOCK_N: 
     l_i = gl.full([ROWS], 0.0, gl.float32, row_layout)
     rows = first_row + gl.arange(0, ROWS, layout=row_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    mbarrier.wait(k_ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)
-    s_tok = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
+    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it, NUM_STAGES)
+    s_0 = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
     acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_D], gl.float32, o_layout))
-    return m_i, l_i, rows, s_zero, s_tok, acc
+    return m_i, l_i, rows, s_zero, s_0, acc
+
+
+@gluon.jit
+def _issue_s(q_smem, k_smem, k_ready, s_zero, r, NUM_STAGES: gl.constexpr):
+    """Issue S = Q K^T once K (the ring's load r) has landed."""
+    slot = r % NUM_STAGES
+    mbarrier.wait(k_ready.index(slot), (r // NUM_STAGES) & 1)
+    return warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                         is_async=True)
 
 
 @gluon.jit
@@ -264,17 +271,9 @@ def _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _next_and_pv(s, m_new, alpha, l_i, acc, r, q_smem, k_smem, v_smem, p_smem, k_ready, v_ready,
-                 s_zero, NUM_STAGES: gl.constexpr):
-    """For the tile in ring load r: issue the next tile's S; then this tile's exp2 and row
-    sums, which run while it computes; then its P V. Returns the next S and O in flight and
-    the new row sums."""
-    nslot = (r + 1) % NUM_STAGES
-    mbarrier.wait(k_ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
-    s_tok = warpgroup_mma(q_smem, k_smem.index(nslot).permute((1, 0)), s_zero, use_acc=False,
-                          is_async=True)
-    p_op, l_i = _probs(s, m_new, alpha, l_i, p_smem)
-    return s_tok, _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES), l_i
+def _rescaled(acc, alpha, o_layout: gl.constexpr):
+    """O discounted to the new row max."""
+    return acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
 
 
 @gluon.jit
@@ -316,6 +315,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     dtype: gl.constexpr = q_desc.dtype
+    P0: gl.constexpr = 2 * HALF         # this consumer's two P buffers: P0, P0 + 1
     first, step = gl.program_id(0), gl.num_programs(0)
 
     _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
@@ -327,29 +327,47 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
             HEAD_D, CAUSAL)
         mbarrier.wait(q_bar, t & 1)
-        m_i, l_i, rows, s_zero, s_tok, acc = _start(q_smem, k_smem, k_ready, it,
-                                                    m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
-                                                    HEAD_D, NUM_STAGES, s_layout, o_layout)
-        # Per tile j: wait S_j; mask and row max; rescale O; issue S_{j+1}; exp2 and row sums
-        # (overlapping S_{j+1} on the tensor cores); issue P V_j.
-        for j in range(n_tiles - 1):    # the last tile has no next S: peeled below
-            s, m_new, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale,
-                                           BLOCK_N, CAUSAL, o_layout)
-            if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
-                mbarrier.arrive(empty.index((it + j - 1) % NUM_STAGES), count=1)
-            s_tok, acc, l_i = _next_and_pv(s, m_new, alpha, l_i, acc, it + j, q_smem, k_smem,
-                                           v_smem, p_smem, k_ready, v_ready, s_zero, NUM_STAGES)
-            m_i = m_new
-        j = n_tiles - 1
-        s, m_i, alpha, acc = _scores(s_tok, acc, m_i, rows, j, n_unmasked, qk_scale, BLOCK_N,
-                                     CAUSAL, o_layout)
-        if w + step < n_work:           # every S has read this Q: load the next item's
+        m_i, l_i, rows, s_zero, s_0, acc = _start(q_smem, k_smem, k_ready, it,
+                                                  m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
+                                                  HEAD_D, NUM_STAGES, s_layout, o_layout)
+        s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
+        more = w + step < n_work
+        if n_tiles == 1 and more:       # S_0 was the last S to read this Q: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
-        p_op, l_i = _probs(s, m_i, alpha, l_i, p_smem)
-        acc = warpgroup_mma_wait(0, deps=(_pv(p_op, v_smem, v_ready, acc, it + j, NUM_STAGES),))
-        if j > 0:
-            mbarrier.arrive(empty.index((it + j - 1) % NUM_STAGES), count=1)
+        m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
+                                        p_smem.index(P0), BLOCK_N, CAUSAL)
+        # Per tile j (P_j in its buffer, S_{j+1} in flight): issue P_j V_j; wait for S_{j+1}
+        # alone and run its softmax while P_j V_j computes (P_{j+1} into the other buffer);
+        # issue S_{j+2}; wait for P_j V_j alone and discount O while S_{j+2} computes. So the
+        # warpgroup's CUDA-core work overlaps both of its products.
+        if n_tiles > 1:
+            s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES)
+            for j in range(n_tiles - 2):
+                s = warpgroup_mma_wait(0, deps=(s_tok,))
+                acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
+                m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked,
+                                                  qk_scale, p_smem.index(P0 + (j + 1) % 2),
+                                                  BLOCK_N, CAUSAL)
+                s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + j + 2, NUM_STAGES)
+                acc = warpgroup_mma_wait(1, deps=(acc,))
+                mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)  # K_j, V_j read
+                acc = _rescaled(acc, alpha, o_layout)
+                m_i = m_new
+            j = n_tiles - 2             # (no S_{j+2} to issue)
+            s = warpgroup_mma_wait(0, deps=(s_tok,))
+            if more:                    # every S has read this Q: load the next item's
+                _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
+                        seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
+            acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
+            m_i, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
+                                            p_smem.index(P0 + (j + 1) % 2), BLOCK_N, CAUSAL)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)
+            acc = _rescaled(acc, alpha, o_layout)
+        j = n_tiles - 1
+        acc = warpgroup_mma_wait(0, deps=(_pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc,
+                                              it + j, NUM_STAGES),))
         mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
         _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
@@ -371,16 +389,16 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    p_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, BLOCK_N],
+    p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
                                        _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
     q_bar, k_ready, v_ready, empty = _kv_ring_barriers(NUM_STAGES)
 
     gl.warp_specialize([
-        (_consume, (q_desc, o_desc, q_smem.index(0), o_smem.index(0), p_smem.index(0),
+        (_consume, (q_desc, o_desc, q_smem.index(0), o_smem.index(0), p_smem,
                     q_bar.index(0), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
                     stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
                     0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_consume, (q_desc, o_desc, q_smem.index(1), o_smem.index(1), p_smem.index(1),
+        (_consume, (q_desc, o_desc, q_smem.index(1), o_smem.index(1), p_smem,
                     q_bar.index(1), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
                     stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
                     1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
@@ -488,17 +506,26 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def programs(n_work: int, device: torch.device,
-             variable: str = "FLASHTILE_GLUON_FWD_PERSISTENT") -> int:
-    """The grid for ``n_work`` work items: one program each, or, with ``variable`` set to 1,
-    one per SM (a program's shared memory fills an SM), each looping over items
-    ``program_id``, ``+ num_programs``, ... so that one item's epilogue and the next one's
-    first loads overlap (short sequences: few tiles per item). Not yet measured; off by
-    default. (The Gluon dK/dV kernel: ``FLASHTILE_GLUON_BWD_PERSISTENT``.)"""
-    if device.type != "cuda" or getenv(variable, "0") in ("", "0"):
+def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> int:
+    """The grid for ``n_work`` work items: one program each, or one per SM (a program's
+    shared memory fills an SM), each looping over items ``program_id``, ``+ num_programs``,
+    ... so that one item's epilogue and the next one's first loads overlap (short sequences:
+    few tiles per item). ``variable`` (``FLASHTILE_GLUON_FWD_PERSISTENT``, or ``_BWD_`` for
+    the Gluon dK/dV kernel) set to ``1`` asks for one per SM, ``0`` for one per item; unset
+    or ``auto``, ``auto`` decides: the calling kernel's rule of where the persistent grid
+    measured ahead."""
+    value = getenv(variable, "auto")
+    if device.type != "cuda" or value in ("", "0") or (value == "auto" and not auto):
         return n_work
     return min(n_work, _sm_count(device.index if device.index is not None
                                  else torch.cuda.current_device()))
+
+
+def persistent_ahead(causal_mask: bool, seqlen_k: int) -> bool:
+    """Where the forward's persistent grid measured ahead of one program per item (session
+    12, H200, bf16, same runs, d 64/128): everywhere but causal at 8k keys and beyond (+0.4%
+    to +40% from 512 to 4k, the most at the shortest; -2% to -8% causal at 8k/16k)."""
+    return not (causal_mask and seqlen_k >= 8192)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -512,7 +539,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
     plans.gluon_launch(
-        record, _fwd_hopper_kernel, (programs(n_work, q.device),),
+        record, _fwd_hopper_kernel,
+        (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT",
+                  persistent_ahead(causal(params), sk)),),
         ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
         (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
          params.softmax_scale * LOG2E),
