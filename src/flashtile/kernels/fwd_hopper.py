@@ -521,13 +521,6 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> in
                                  else torch.cuda.current_device()))
 
 
-def persistent_ahead(causal_mask: bool, seqlen_k: int) -> bool:
-    """Where the forward's persistent grid measured ahead of one program per item (session
-    12, H200, bf16, same runs, d 64/128): everywhere but causal at 8k keys and beyond (+0.4%
-    to +40% from 512 to 4k, the most at the shortest; -2% to -8% causal at 8k/16k)."""
-    return not (causal_mask and seqlen_k >= 8192)
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -540,8 +533,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     n_work = n_mtiles * b * hq
     plans.gluon_launch(
         record, _fwd_hopper_kernel,
-        (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT",
-                  persistent_ahead(causal(params), sk)),),
+        (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True),),
         ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
         (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
          params.softmax_scale * LOG2E),
