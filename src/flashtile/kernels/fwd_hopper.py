@@ -107,7 +107,7 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     items get lighter with k, so on odd rounds k the programs take the round's items in
     reverse ("snake" order) and each program's total stays close to the others' (the
     hardware's scheduler no longer balances a static split; without it the persistent
-    forward measured 4-8% slower at causal 8k/16k, session 12). With one program per item
+    forward measured 2-8% slower at causal 8k/16k, session 12). With one program per item
     there is one round: the order is unchanged. (The forward's and dQ's orders only: in the
     dK/dV kernel the snake's registers made ptxas spill at d=128, and its persistent grid
     runs at d=64 alone.)"""
