@@ -7,7 +7,7 @@
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 # Branches in the same call: `git archive BRANCH | tar -x -C .branches/BRANCH` (git-ignored)
 # and `git rev-parse --short BRANCH > .branches/BRANCH/COMMIT`, carry .branches, and run the
-# step `branches` (BRANCH_STEPS: the steps each branch runs).
+# step `branches` (BRANCH_STEPS: the steps each branch runs; .branches/BRANCH/RUN: its own).
 set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -159,12 +159,15 @@ PY
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
     branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS
-      # (default: gluon gluonfwd), output under $OUT/<branch>
+      # (default: gluon gluonfwd), or its own .branches/<name>/RUN (a bash snippet run in
+      # the tree, e.g. `GLUON_SEQLENS=1k,4k bash scripts/gpu_session.sh gluon gluonbwd`),
+      # output under $OUT/<branch>
       for dir in .branches/*/; do
         name=$(basename "$dir")
-        echo "--- branch $name ($(cat "$dir/COMMIT" 2>/dev/null)): ${BRANCH_STEPS:-gluon gluonfwd}"
-        (cd "$dir" && PYTHONPATH="$PWD/src:$PYTHONPATH" OUT="$OUT/$name" \
-          bash scripts/gpu_session.sh ${BRANCH_STEPS:-gluon gluonfwd})
+        run="bash scripts/gpu_session.sh ${BRANCH_STEPS:-gluon gluonfwd}"
+        [ -f "$dir/RUN" ] && run=$(cat "$dir/RUN")
+        echo "--- branch $name ($(cat "$dir/COMMIT" 2>/dev/null)): $run"
+        (cd "$dir" && export PYTHONPATH="$PWD/src:$PYTHONPATH" OUT="$OUT/$name" && eval "$run")
       done 2>&1 | tee "$OUT/branches.log" ;;
     *) echo "unknown step $step" ;;
   esac
