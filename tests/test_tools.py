@@ -84,21 +84,23 @@ def test_launch_plans_launch_what_the_full_path_launches(part, lines):
 
 
 def test_atomic_probe_adds_where_it_says():
-    """scripts/atomic_probe.py's kernel (run under the interpreter): ``spread`` adds program
+    """scripts/atomic_probe.py's kernel (interpreted without a GPU): ``spread`` adds program
     p's step i at tile p + i * programs, ``same`` every program's step i at tile i (so those
     tiles get one add per program), ``store`` writes the spread tiles once."""
     import importlib.util
 
     import torch
+    from utils import DEVICE
     spec = importlib.util.spec_from_file_location("atomic_probe", ROOT / "scripts" / "atomic_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     rows, d, programs, steps = 16, 16, 2, 3
     n_rows = rows * 8
-    tile = (torch.arange(rows)[:, None] + torch.arange(d)[None, :]).float() * 1e-3
+    tile = (torch.arange(rows, device=DEVICE)[:, None]
+            + torch.arange(d, device=DEVICE)[None, :]).float() * 1e-3
     for mode, counts in ((0, {0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1}), (1, {0: 2, 1: 2, 2: 2}),
                          (2, {0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1})):
-        dq = torch.full((n_rows, d), 0.5)
+        dq = torch.full((n_rows, d), 0.5, device=DEVICE)
         probe._add_tiles[(programs,)](dq, n_rows, steps, MODE=mode, ROWS=rows, D=d)
         for t in range(n_rows // rows):
             base = 0.0 if (mode == 2 and t in counts) else 0.5
