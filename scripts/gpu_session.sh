@@ -108,7 +108,9 @@ PY
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal both"
       if [ $step = gluonfwd ]; then mode=fwd
-        variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto: item:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=0 sm:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=1})
+        variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto:
+                  item:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=0
+                  sm:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=1})
       else mode=fwdbwd
         variants=(${GLUON_BWD_VARIANTS:-tile:FLASHTILE_GLUON_BWD=0 auto: item:FLASHTILE_GLUON_BWD_PERSISTENT=0})
       fi

@@ -91,7 +91,8 @@ def test_atomic_probe_adds_where_it_says():
 
     import torch
     from utils import DEVICE
-    spec = importlib.util.spec_from_file_location("atomic_probe", ROOT / "scripts" / "atomic_probe.py")
+    spec = importlib.util.spec_from_file_location("atomic_probe",
+                                                  ROOT / "scripts" / "atomic_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
     rows, d, programs, steps = 16, 16, 2, 3

@@ -22,8 +22,8 @@ cannot give more registers to the warps that do the math. This kernel can:
   buffers, so the next item's load runs during the current one and its dK/dV stores leave
   without a wait. By default (:func:`persistent_ahead`) the grid is one program per SM at
   d=64 (forward+backward +9% to +29% at 512, -1% to +7% at 1k-16k) and one per item at
-  d=128 (where one per SM measured up to 8.5% behind; session 12). ``FLASHTILE_GLUON_BWD_PERSISTENT``
-  ``=1``/``=0`` forces either.
+  d=128 (where one per SM measured up to 8.5% behind; session 12).
+  ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``=0`` forces either.
 
 Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
