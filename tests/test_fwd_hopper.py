@@ -125,7 +125,7 @@ def test_persistent_grid_size(monkeypatch):
     """The grids (``FLASHTILE_GLUON_FWD_PERSISTENT``; ``_BWD_``: the dK/dV kernel): ``1``
     one program per SM (fewer when there are fewer work items), ``0`` one per item, unset or
     ``auto`` the kernel's rule; one per item for tensors off CUDA."""
-    monkeypatch.setattr(fwd_hopper, "_sm_count", lambda index: 132)
+    monkeypatch.setattr(fwd_hopper, "sm_count", lambda device: 132)
     cuda = torch.device("cuda", 0)
     for variable in ("FLASHTILE_GLUON_FWD_PERSISTENT", "FLASHTILE_GLUON_BWD_PERSISTENT"):
         monkeypatch.delenv(variable, raising=False)

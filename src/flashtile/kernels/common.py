@@ -118,10 +118,34 @@ def _sm90(index: int) -> bool:
     return torch.cuda.get_device_capability(index)[0] == 9
 
 
+def device_index(device: torch.device) -> int:
+    """The CUDA device index of ``device`` (the current device when it names none)."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@functools.lru_cache(maxsize=None)
+def _properties(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
+def cuda_properties(device: torch.device):
+    """The CUDA device's properties (read once per device: the call costs microseconds)."""
+    return _properties(device_index(device))
+
+
+DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of ``device`` (the H200's 132 when not a CUDA device)."""
+    if device.type != "cuda":
+        return DEFAULT_SM_COUNT
+    return cuda_properties(device).multi_processor_count
+
+
 def is_sm90(device: torch.device) -> bool:
     """Whether ``device`` is a Hopper GPU (the capability is looked up once per device)."""
-    return device.type == "cuda" and _sm90(device.index if device.index is not None
-                                           else torch.cuda.current_device())
+    return device.type == "cuda" and _sm90(device_index(device))
 
 
 def gluon_kernels(module: str, device: torch.device):

@@ -35,7 +35,6 @@ Notation (also see :mod:`flashtile.kernels.common`):
 
 from __future__ import annotations
 
-import functools
 import os
 
 import torch
@@ -44,10 +43,10 @@ import triton.language as tl
 
 from . import plans
 from .common import (LN2_K, LOG2E_K, SMEM_LIMIT, TunedLaunch, alloc, autotune_enabled,
-                     band_mask, cdiv, dot_precision, interpreting, next_pow2, padded_headdim, score_args,
-                     scores_log2, softmax_step, tile_ranges)
+                     band_mask, cdiv, cuda_properties, dot_precision, interpreting, next_pow2,
+                     padded_headdim, score_args, scores_log2, sm_count, softmax_step,
+                     tile_ranges)
 
-DEFAULT_SM_COUNT = 132          # the H200; used when no GPU is visible (interpreter)
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
 MAX_BLOCK_M = 64
 MAX_SPLITS = 128
@@ -382,22 +381,6 @@ _decode_launch = TunedLaunch(_decode)
 # ----------------------------------------------------------------------------------------------
 # Launchers
 
-@functools.lru_cache(maxsize=None)
-def _properties(device_index: int):
-    return torch.cuda.get_device_properties(device_index)
-
-
-def _cuda_properties(device: torch.device):
-    """The CUDA device's properties (read once per device)."""
-    return _properties(device.index if device.index is not None else torch.cuda.current_device())
-
-
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of ``device`` (the H200's 132 when not a CUDA device)."""
-    if device.type != "cuda":
-        return DEFAULT_SM_COUNT
-    return _cuda_properties(device).multi_processor_count
-
 
 def block_m(rows: int) -> int:
     """Packed rows per program for ``rows = group * seqlen_q``."""
@@ -480,7 +463,7 @@ def use_tma(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bo
     if not interpreting():
         if q.device.type != "cuda":
             return False
-        if (_cuda_properties(q.device).major < 9                   # TMA: Hopper and later
+        if (cuda_properties(q.device).major < 9                   # TMA: Hopper and later
                 or (mode != "1" and not torch.cuda.is_current_stream_capturing())):
             return False
     head_d, head_dv = k_cache.shape[3], v_cache.shape[3]

@@ -67,7 +67,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
 from . import plans
-from .common import GLUON_SWITCHES, getenv, gluon_switch, gluon_switch_on, is_sm90
+from .common import GLUON_SWITCHES, getenv, gluon_switch, gluon_switch_on, is_sm90, sm_count
 
 LOG2E = 1.4426950408889634
 
@@ -115,11 +115,12 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     tile = w % n_tiles
     bh = w // n_tiles
     if CAUSAL:
-        step = gl.num_programs(0)
-        base = w - w % step
-        if HEAVY_LAST and (w // step) % 2 == 1:
-            count = gl.minimum(n_work - base, step)     # (the last round may be partial)
-            w = base + count - 1 - w % step
+        if HEAVY_LAST:
+            step = gl.num_programs(0)
+            if (w // step) % 2 == 1:                    # an odd round: its items reversed
+                base = w - w % step
+                count = gl.minimum(n_work - base, step)     # (the last round may be partial)
+                w = base + count - 1 - w % step
         tile = w // n_bh
         bh = w % n_bh
         if HEAVY_LAST:
@@ -507,11 +508,6 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> int:
     """The grid for ``n_work`` work items: one program each, or one per SM (a program's
     shared memory fills an SM), each looping over items ``program_id``, ``+ num_programs``,
@@ -523,8 +519,7 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> in
     value = getenv(variable, "auto")
     if device.type != "cuda" or value in ("", "0") or (value == "auto" and not auto):
         return n_work
-    return min(n_work, _sm_count(device.index if device.index is not None
-                                 else torch.cuda.current_device()))
+    return min(n_work, sm_count(device))
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
