@@ -158,6 +158,26 @@ def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
                      causal, dtype, gluon_calls)
 
 
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64)])
+def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_FWD_GROUP`` 4 and 3 (8 query tiles per head: chunks of 4, and of 3, 3
+    and a short 2): the causal order walks every item once; outputs and gradients within
+    budget. (Without a mask the order is unchanged.)"""
+    b, s, hq, hkv, d = shape
+    for group in ("4", "3"):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", group)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 2
+
+
+def test_causal_group_rejects_a_bad_value(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "0")
+    with pytest.raises(ValueError, match="positive integer"):
+        fwd_hopper.causal_group()
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "8")
+    assert fwd_hopper.causal_group() == 8
+
+
 @pytest.mark.gpu
 @needs_hopper
 def test_scale_reaches_the_kernel(gluon_calls):

@@ -61,7 +61,7 @@ def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_
     keys (seen by the most queries) first. Returns (first key n0, K/V row and column in the
     folded views, first query tile i0, query tiles per head n_i, tiles in all n_t, Q/dO row
     and column, LSE and D offsets; the strides enter only the offsets)."""
-    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False)
+    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, 1)
     off_b = bh // nheads_kv
     off_hkv = bh % nheads_kv
     n0 = tile * (2 * BLOCK_N)
