@@ -544,13 +544,13 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> in
                                  else torch.cuda.current_device()))
 
 
-def causal_group() -> int:
-    """Query tiles per chunk of the causal order (:func:`_work_tile`):
-    ``FLASHTILE_GLUON_FWD_GROUP`` (default 1: tile-major, heads apart; branch
-    ``gluon-fwd-causal-order``, not yet measured)."""
-    value = getenv("FLASHTILE_GLUON_FWD_GROUP", "1")
+def causal_group(variable: str = "FLASHTILE_GLUON_FWD_GROUP") -> int:
+    """Tiles per chunk of the causal order (:func:`_work_tile`): ``variable``
+    (``FLASHTILE_GLUON_FWD_GROUP``, or ``_BWD_`` for the dK/dV kernel's key tiles; default 1:
+    tile-major, heads apart; branch ``gluon-fwd-causal-order``, not yet measured)."""
+    value = getenv(variable, "1")
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"FLASHTILE_GLUON_FWD_GROUP must be a positive integer, got {value!r}")
+        raise ValueError(f"{variable} must be a positive integer, got {value!r}")
     return int(value)
 
 
