@@ -80,6 +80,17 @@ def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d)
     assert calls == []
 
 
+@gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64)])
+def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_GROUP`` 1, 4 and 3 (8 key items per KV head: chunks of 4, and of
+    3, 3 and a short 2): the causal order walks every item once; gradients within budget."""
+    b, s, hq, hkv, d = shape
+    for group in ("1", "4", "3"):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_GROUP", group)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 3
+
+
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_PERSISTENT=1``: one program per SM, each looping over work items

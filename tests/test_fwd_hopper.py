@@ -158,6 +158,30 @@ def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
                      causal, dtype, gluon_calls)
 
 
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64)])
+def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_FWD_GROUP`` 1, 4 and 3 (8 query tiles per head: chunks of 4, and of
+    3, 3 and a short 2): the causal order walks every item once; outputs and gradients within
+    budget. (Without a mask the order is unchanged.)"""
+    b, s, hq, hkv, d = shape
+    for group in ("1", "4", "3"):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", group)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 3
+
+
+def test_causal_group_rule_and_bad_value(monkeypatch):
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
+    assert fwd_hopper.causal_group(128, 8) == 8         # the measured rule
+    assert fwd_hopper.causal_group(64, 8) == 1
+    assert fwd_hopper.causal_group(64, 32) == 8
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "0")
+    with pytest.raises(ValueError, match="positive integer"):
+        fwd_hopper.causal_group(128, 8)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "3")
+    assert fwd_hopper.causal_group(64, 8) == 3
+
+
 @pytest.mark.gpu
 @needs_hopper
 def test_scale_reaches_the_kernel(gluon_calls):

@@ -56,12 +56,13 @@ _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
 @gluon.jit
 def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
           stride_lse_h, stride_d_b, stride_d_h, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr):
+          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """Work item w: 2 * BLOCK_N keys of one (batch, KV head), causal orders taking the first
-    keys (seen by the most queries) first. Returns (first key n0, K/V row and column in the
+    keys (seen by the most queries) first, in chunks of GROUP key tiles per head
+    (:func:`.fwd_hopper._work_tile`). Returns (first key n0, K/V row and column in the
     folded views, first query tile i0, query tiles per head n_i, tiles in all n_t, Q/dO row
     and column, LSE and D offsets; the strides enter only the offsets)."""
-    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False)
+    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, GROUP)
     off_b = bh // nheads_kv
     off_hkv = bh % nheads_kv
     n0 = tile * (2 * BLOCK_N)
@@ -79,7 +80,8 @@ def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_
 @gluon.jit
 def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
                group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-               HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+               HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               GROUP: gl.constexpr):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
     across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
@@ -88,7 +90,7 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-            BLOCK_M, HEAD_D, CAUSAL)
+            BLOCK_M, HEAD_D, CAUSAL, GROUP)
         for t in range(n_t):
             r = it + t
             slot = r % NUM_STAGES
@@ -145,7 +147,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
                   ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                   n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  GROUP: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     K and V alternate between two buffers (``k_smem``/``v_smem``/``kv_bar`` index
@@ -160,7 +163,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
 
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-        BLOCK_M, HEAD_D, CAUSAL)
+        BLOCK_M, HEAD_D, CAUSAL, GROUP)
     _load_kv(k_desc, v_desc, k_smem.index(2 * HALF), v_smem.index(2 * HALF),
              kv_bar.index(2 * HALF), kv_row0 + HALF * BLOCK_N, kv_col)
     it = 0          # (Q, dO) tiles read from the ring so far
@@ -168,7 +171,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
     for w in range(first, n_work, step):
         n0, kv_row0, kv_col, i0, n_i, n_t, _, _, lse_base, d_base = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
-            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL)
+            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL,
+            GROUP)
         buf = 2 * HALF + c % 2
         k_cur = k_smem.index(buf)
         v_cur = v_smem.index(buf)
@@ -188,7 +192,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
             tma.store_wait(0)
             _, nrow, ncol, _, _, _, _, _, _, _ = _item(
                 w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
-                BLOCK_N, BLOCK_M, HEAD_D, CAUSAL)
+                BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
             nbuf = 2 * HALF + (c + 1) % 2
             _load_kv(k_desc, v_desc, k_smem.index(nbuf), v_smem.index(nbuf), kv_bar.index(nbuf),
                      nrow + HALF * BLOCK_N, ncol)
@@ -250,7 +254,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
                         nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale,
                         sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        CONSUMER_REGS: gl.constexpr):
+                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece.
     dtype: gl.constexpr = k_desc.dtype
@@ -267,15 +271,15 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
                          do_smem, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                          stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
                          seqlen_k, qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-                         CAUSAL)),
+                         CAUSAL, GROUP)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem,
                          do_smem, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                          stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
                          seqlen_k, qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-                         CAUSAL)),
+                         CAUSAL, GROUP)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL)),
+                      NUM_STAGES, CAUSAL, GROUP)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -329,5 +333,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
          hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
+             CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4,
+             GROUP=fwd_hopper.causal_group(d, n_ntiles, "FLASHTILE_GLUON_BWD_GROUP")
+             if fwd_hopper.causal(params) else 1),
         fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s")

@@ -87,8 +87,10 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 
 
 # Further variables a Gluon kernel's launch reads (for plan keys): the grids.
-GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",),
-                 "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",)}
+GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
+                                "FLASHTILE_GLUON_FWD_GROUP"),
+                 "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
+                                "FLASHTILE_GLUON_BWD_GROUP")}
 
 
 def gluon_switch(module: str) -> str:
