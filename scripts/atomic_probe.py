@@ -11,7 +11,11 @@ plain store of the same tiles:
   each step (a backward whose key-tile programs start at staggered query tiles);
 - ``same``: every program adds to the same rows at each step (key-tile programs that all
   start at query tile 0 and walk in lockstep: contention on the same L2 lines);
-- ``store``: plain stores of the spread pattern (the write bandwidth, for scale).
+- ``store``: plain stores of the spread pattern (the write bandwidth, for scale);
+- ``tma-spread`` / ``tma-same``: the two patterns as TMA reductions (``desc.atomic_add``:
+  ``cp.reduce.async.bulk.tensor`` of the whole tile from shared memory, summed in the L2),
+  the path a fused backward takes when its dQ partials leave through shared memory
+  (FlashAttention-3's dQ accumulation).
 
 Output: GB/s of fp32 payload per mode, and the one-pass backward's time for the adds at
 d=128, seqlen 16k, 16 heads (128 keys per program: 17.2 GB of adds) at that rate.
@@ -46,6 +50,31 @@ def _add_tiles(DQ, n_rows, steps, MODE: tl.constexpr, ROWS: tl.constexpr, D: tl.
             tl.atomic_add(ptrs, val, sem="relaxed")
 
 
+@triton.jit
+def _reduce_tiles(desc, n_rows, steps, SAME: tl.constexpr, ROWS: tl.constexpr,
+                  D: tl.constexpr):
+    """The ``spread`` (``SAME`` false) or ``same`` pattern of :func:`_add_tiles` as TMA
+    reductions into the tensor descriptor ``desc`` (``(n_rows, D)`` fp32, blocks
+    ``(ROWS, D)``)."""
+    pid = tl.program_id(0)
+    n_tiles = n_rows // ROWS
+    offs_m = tl.arange(0, ROWS)
+    offs_d = tl.arange(0, D)
+    val = (offs_m[:, None] + offs_d[None, :]).to(tl.float32) * 1e-3
+    for i in range(steps):
+        if SAME:
+            tile = i % n_tiles
+        else:
+            tile = (pid + i * tl.num_programs(0)) % n_tiles
+        desc.atomic_add([tile * ROWS, 0], val)
+
+
+def descriptor(dq: torch.Tensor, rows: int):
+    """A host TMA descriptor of ``dq`` ``(n_rows, d)`` in blocks of ``(rows, d)``."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return TensorDescriptor(dq, list(dq.shape), list(dq.stride()), [rows, dq.shape[1]])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--programs", type=int, default=264)
@@ -57,13 +86,19 @@ def main() -> None:
     dq = torch.zeros(n_rows, args.d, device="cuda", dtype=torch.float32)
     payload = args.programs * args.steps * args.rows * args.d * 4
     adds_16k = (16384 // 128) * 16384 * 16 * args.d * 4       # one-pass backward's adds
-    for name, mode in (("spread", 0), ("same", 1), ("store", 2)):
+    desc = descriptor(dq, args.rows)
+    for name, mode in (("spread", 0), ("same", 1), ("store", 2), ("tma-spread", 3),
+                       ("tma-same", 4)):
         def run(mode=mode):
-            _add_tiles[(args.programs,)](dq, n_rows, args.steps, MODE=mode, ROWS=args.rows,
-                                         D=args.d, num_warps=4)
+            if mode < 3:
+                _add_tiles[(args.programs,)](dq, n_rows, args.steps, MODE=mode,
+                                             ROWS=args.rows, D=args.d, num_warps=4)
+            else:
+                _reduce_tiles[(args.programs,)](desc, n_rows, args.steps, SAME=mode == 4,
+                                                ROWS=args.rows, D=args.d, num_warps=4)
         ms = triton.testing.do_bench(run, warmup=25, rep=100)
         rate = payload / ms / 1e6
-        print(f"{name:6s}: {ms:8.3f} ms for {payload / 1e9:.2f} GB: {rate:7.0f} GB/s; "
+        print(f"{name:10s}: {ms:8.3f} ms for {payload / 1e9:.2f} GB: {rate:7.0f} GB/s; "
               f"a one-pass backward's adds at 16k/d{args.d}/16 heads: "
               f"{adds_16k / rate / 1e6:6.2f} ms")
 

@@ -83,18 +83,42 @@ def test_launch_plans_launch_what_the_full_path_launches(part, lines):
         assert "plans keep 0 of the call's tensors alive (planned)" in out, out
 
 
-def test_atomic_probe_adds_where_it_says():
-    """scripts/atomic_probe.py's kernel (interpreted without a GPU): ``spread`` adds program
-    p's step i at tile p + i * programs, ``same`` every program's step i at tile i (so those
-    tiles get one add per program), ``store`` writes the spread tiles once."""
+def _atomic_probe():
     import importlib.util
-
-    import torch
-    from utils import DEVICE
     spec = importlib.util.spec_from_file_location("atomic_probe",
                                                   ROOT / "scripts" / "atomic_probe.py")
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
+    return probe
+
+
+@pytest.mark.gpu        # (the interpreter has no TMA reductions)
+def test_atomic_probe_tma_reductions_add_where_they_say():
+    """The probe's TMA reductions (``tma-spread``/``tma-same``) add the same tiles to the
+    same rows as ``spread``/``same``."""
+    import torch
+    probe = _atomic_probe()
+    rows, d, programs, steps = 16, 16, 2, 3
+    n_rows = rows * 8
+    tile = (torch.arange(rows, device="cuda")[:, None]
+            + torch.arange(d, device="cuda")[None, :]).float() * 1e-3
+    for same, counts in ((False, {0: 1, 1: 1, 2: 1, 3: 1, 4: 1, 5: 1}),
+                         (True, {0: 2, 1: 2, 2: 2})):
+        dq = torch.full((n_rows, d), 0.5, device="cuda")
+        probe._reduce_tiles[(programs,)](probe.descriptor(dq, rows), n_rows, steps, SAME=same,
+                                         ROWS=rows, D=d)
+        for t in range(n_rows // rows):
+            want = 0.5 + counts.get(t, 0) * tile
+            assert torch.allclose(dq[t * rows:(t + 1) * rows], want), (same, t)
+
+
+def test_atomic_probe_adds_where_it_says():
+    """scripts/atomic_probe.py's kernel (interpreted without a GPU): ``spread`` adds program
+    p's step i at tile p + i * programs, ``same`` every program's step i at tile i (so those
+    tiles get one add per program), ``store`` writes the spread tiles once."""
+    import torch
+    from utils import DEVICE
+    probe = _atomic_probe()
     rows, d, programs, steps = 16, 16, 2, 3
     n_rows = rows * 8
     tile = (torch.arange(rows, device=DEVICE)[:, None]
@@ -107,3 +131,4 @@ def test_atomic_probe_adds_where_it_says():
             base = 0.0 if (mode == 2 and t in counts) else 0.5
             want = base + counts.get(t, 0) * tile
             assert torch.allclose(dq[t * rows:(t + 1) * rows], want), (mode, t)
+
