@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import (assert_replays_match, assert_within_budget, check_persistent,
-                   gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
+from utils import (assert_replays_match, assert_within_budget, check_causal_groups,
+                   check_persistent, gluon_cases_over, gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -82,16 +82,10 @@ def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d)
 
 @gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64)])
 def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_GROUP`` 1, 4 and 3 (8 key items per KV head: chunks of 4, and of
-    3, 3 and a short 2): the causal order walks every item once; gradients within budget."""
-    b, s, hq, hkv, d = shape
-    launches = gluon_launches(monkeypatch)
-    for group in ("1", "4", "3"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_GROUP", group)
-        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 3
-    groups = [meta["GROUP"] for role, _, meta in launches if role == "dkdv"]
-    assert groups == ([1, 4, 3] if causal else [1, 1, 1]), groups
+    """``FLASHTILE_GLUON_BWD_GROUP``: the dK/dV kernel's causal order in chunks of key items
+    (:func:`utils.check_causal_groups`)."""
+    check_causal_groups(monkeypatch, "FLASHTILE_GLUON_BWD_GROUP", "dkdv", shape, causal,
+                        dtype, gluon_calls)
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128)])

@@ -127,6 +127,23 @@ def check_persistent(monkeypatch, variable: str, role: str, shape, n_work: int, 
     assert grids == [(min(n_work, sm_count(torch.device("cuda"))),)], grids
 
 
+def check_causal_groups(monkeypatch, variable: str, role: str, shape, causal: bool, dtype,
+                        calls: list) -> None:
+    """A Gluon kernel (``role``) with its causal order in chunks of 1, 4 and 3 tiles
+    (``variable``; 8 tiles per head: chunks of 4, and of 3, 3 and a short 2): every item
+    walked once (outputs and gradients within budget), each launch given the chunk asked for
+    (without a mask the order is unchanged: 1)."""
+    from test_kernels import check
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    for group in ("1", "4", "3"):
+        monkeypatch.setenv(variable, group)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(calls) == 3
+    groups = [meta["GROUP"] for r, _, meta in launches if r == role]
+    assert groups == ([1, 4, 3] if causal else [1, 1, 1]), groups
+
+
 def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
     """``runs`` forward+backward calls of one signature (bf16, causal, on the GPU) with the same
     inputs: the first records the backward's launch plan (the Gluon kernel counted in
@@ -151,7 +168,8 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
 
 
 __all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GLUON_SHAPES", "GPU", "HOPPER",
-           "assert_replays_match", "assert_within_budget", "check_persistent", "count_calls",
+           "assert_replays_match", "assert_within_budget", "check_causal_groups",
+           "check_persistent", "count_calls",
            "gluon_launches",
            "flashtile", "gluon_cases", "gluon_cases_over", "gluon_switched_on", "max_err",
            "needs_hopper", "shape_id"]
