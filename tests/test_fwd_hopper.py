@@ -158,6 +158,26 @@ def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
                      causal, dtype, gluon_calls)
 
 
+def test_o_leaves_through_p_only_when_it_must():
+    """O is staged in a P buffer only for configs that do not fit apart and whose P buffer
+    holds O: the defaults keep their own O tiles."""
+    assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[128][:3], 128)
+    assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[64][:3], 64)
+    assert fwd_hopper.o_in_p(64, 128, 2, 128)        # 256 KB apart, 224 KB through P
+    assert not fwd_hopper.o_in_p(64, 64, 6, 128)     # too large, but P cannot hold O
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128)])
+def test_o_through_p_buffers(gluon_calls, monkeypatch, shape, causal, dtype):
+    """128 keys x 2 slots at d=128 (O through each consumer's second P buffer, waited for
+    after the next item's S_0; 288 items over the SMs, so every program reuses it): outputs
+    and gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,2,240")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
 @pytest.mark.gpu
 @needs_hopper
 def test_scale_reaches_the_kernel(gluon_calls):

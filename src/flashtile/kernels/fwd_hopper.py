@@ -26,6 +26,12 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
   order; -2% to -8% at causal 8k/16k before). ``FLASHTILE_GLUON_FWD_PERSISTENT=0`` launches
   one program per item.
 
+Wider key tiles at d=128 (branch ``gluon-fwd-wide``, not yet measured): 128 keys x 2 slots
+compiles clean (14 waits for 96 HGMMA, no spills) but needs 256 KB with O apart; with O
+staged in each consumer's second P buffer (:func:`o_in_p`) it takes 224 KB. Session 9's
+finding that 64 keys beat 128 predates the asynchronous wgmma (every wgmma was serialised
+then), so it is open again: ``FLASHTILE_GLUON_FWD_CONFIG=64,128,2,240``.
+
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
@@ -313,11 +319,14 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              empty, LSE, stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
              n_mtiles, n_work, qk_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr):
+             CAUSAL: gl.constexpr, O_IN_P: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, half
     ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
     on get the causal mask), read from the ring in the loader's order. Writes those rows of
-    O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's."""
+    O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's.
+    ``O_IN_P``: ``o_smem`` is this consumer's second P buffer (P_1, P_3, ... are written
+    there), free from an item's last P V until the next item's second softmax: its O store
+    is waited for once S_0 of the next item has landed."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -337,6 +346,8 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
                                                   m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
                                                   HEAD_D, NUM_STAGES, s_layout, o_layout)
         s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
+        if O_IN_P:
+            tma.store_wait(0)           # (the previous item's O has left P's second buffer)
         more = w + step < n_work
         if n_tiles == 1 and more:       # S_0 was the last S to read this Q: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
@@ -388,26 +399,31 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr):
+                       CONSUMER_REGS: gl.constexpr, O_IN_P: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
-    o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
                                        _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
+    if O_IN_P:      # O leaves through each consumer's second P buffer (see _consume)
+        o0 = p_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
+        o1 = p_smem.index(3)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
+    else:
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
+        o0, o1 = o_smem.index(0), o_smem.index(1)
     q_bar, k_ready, v_ready, empty = _kv_ring_barriers(NUM_STAGES)
 
     gl.warp_specialize([
-        (_consume, (q_desc, o_desc, q_smem.index(0), o_smem.index(0), p_smem,
+        (_consume, (q_desc, o_desc, q_smem.index(0), o0, p_smem,
                     q_bar.index(0), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
                     stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
-                    0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
-        (_consume, (q_desc, o_desc, q_smem.index(1), o_smem.index(1), p_smem,
+                    0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, O_IN_P)),
+        (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
                     q_bar.index(1), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
                     stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
-                    1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+                    1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, O_IN_P)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads, group,
                        seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M, BLOCK_N, HEAD_D,
                        NUM_STAGES, CAUSAL)),
@@ -527,6 +543,20 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> in
                                  else torch.cuda.current_device()))
 
 
+# An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the
+# compiler adds (344 B at the default configs)
+SHARED_BYTES = 227 * 1024 - 1024
+
+
+def o_in_p(rows: int, keys: int, stages: int, d: int) -> bool:
+    """Whether O must leave through a P buffer for a config to fit in shared memory (2-byte
+    elements): Q and O ``2 x (rows, d)``, K and V ``stages x (keys, d)``, four P
+    ``(rows, keys)``; it can when a P buffer holds O (``keys >= d``), e.g. 128 keys x 2
+    slots at d=128 (256 KB with O apart, 224 KB through P)."""
+    apart = 2 * (4 * rows * d + 2 * stages * keys * d + 4 * rows * keys)
+    return apart > SHARED_BYTES and keys >= d
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -544,5 +574,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
         (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4),
+             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
+             O_IN_P=o_in_p(block_m, block_n, stages, d)),
         descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
