@@ -178,6 +178,43 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
     assert fwd_hopper.causal_group(64, 8) == 3
 
 
+def test_o_leaves_through_p_only_when_it_must():
+    """O is staged in a P buffer only for configs that do not fit apart and whose P buffer
+    holds O: the defaults keep their own O tiles."""
+    assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[128][:3], 128)
+    assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[64][:3], 64)
+    assert fwd_hopper.o_in_p(64, 128, 2, 128)        # 256 KB apart, 224 KB through P
+    assert not fwd_hopper.o_in_p(64, 64, 6, 128)     # too large, but P cannot hold O
+
+
+@gluon_cases_over([(2, 1024, 12, 12, 64)])
+def test_two_slots(gluon_calls, monkeypatch, shape, causal, dtype):
+    """128 keys x 2 ring slots at d=64 (O apart): K and V of a slot are freed apart, so the
+    consumer can issue S_{j+2} while P_j V_j still reads V_j (with one barrier per slot this
+    hung); outputs and gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,2,240")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
+def test_one_slot_is_refused(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,1,240")
+    with pytest.raises(ValueError, match="at least 2 ring slots"):
+        fwd_hopper.config(128)
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128)])
+def test_o_through_p_buffers(gluon_calls, monkeypatch, shape, causal, dtype):
+    """128 keys x 2 slots at d=128 (O through each consumer's second P buffer, waited for
+    after the next item's S_0; 288 items over the SMs, so every program reuses it): outputs
+    and gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,2,240")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
 @pytest.mark.gpu
 @needs_hopper
 def test_scale_reaches_the_kernel(gluon_calls):

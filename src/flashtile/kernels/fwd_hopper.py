@@ -28,6 +28,15 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
   order; -2% to -8% at causal 8k/16k before). ``FLASHTILE_GLUON_FWD_PERSISTENT=0`` launches
   one program per item.
 
+Wider key tiles at d=128 (branch ``gluon-fwd-wide-split``, not yet measured): 128 keys x 2
+slots compiles clean (14 waits for 96 HGMMA, no spills) but needs 256 KB with O apart; with O
+staged in each consumer's second P buffer (:func:`o_in_p`) it takes 224 KB. Session 9's
+finding that 64 keys beat 128 predates the asynchronous wgmma (every wgmma was serialised
+then), so it is open again: ``FLASHTILE_GLUON_FWD_CONFIG=64,128,2,240``. With one "empty"
+barrier per slot two slots hung (session 13: the consumer issues S_{j+2} before it frees
+slot j, whose V_j its P_j V_j still reads), so K and V are freed apart: K_j once S_j is
+done, V_j once P_j V_j is (:func:`_load_kv_ring`).
+
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
@@ -192,21 +201,25 @@ def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
-                  n_tiles, it, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row0,
+                  kv_col, n_tiles, it, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     """K and V tiles 0..n_tiles-1 into the ring, as its loads ``it``, ``it + 1``, ... (slot
     and barrier phase follow from that count); a slot is refilled only after both consumers
-    released it (``empty``), K and V signal separately so S = Q K^T can start before V has
-    landed."""
+    released it, K and V signal separately so S = Q K^T can start before V has landed. K and
+    V of a slot are freed apart (``k_empty``, ``v_empty``; the same barrier twice where a
+    kernel frees them together): the forward frees K_j once S_j is done, so S_{j+2} can be
+    issued with two slots."""
     for j in range(n_tiles):
         r = it + j
         slot = r % NUM_STAGES
         # A fresh barrier passes a wait on parity 1: the first lap finds every slot free.
-        mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
+        phase = ((r // NUM_STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), phase)
         row = kv_row0 + j * BLOCK_N
         mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
                                         k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), phase)
         mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
                                         v_smem.index(slot))
@@ -216,15 +229,15 @@ def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_ro
 def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
              kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
     """Loader partition of one work item (the dQ kernel): its K/V tiles into a fresh ring."""
-    _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
-                  n_tiles, 0, BLOCK_N, NUM_STAGES)
+    _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, empty, kv_row0,
+                  kv_col, n_tiles, 0, BLOCK_N, NUM_STAGES)
 
 
 @gluon.jit
-def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads, group,
-                seqlen_q, seqlen_k, n_mtiles, n_work, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                GROUP: gl.constexpr):
+def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, nheads,
+                group, seqlen_q, seqlen_k, n_mtiles, n_work, ROWS: gl.constexpr,
+                BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """Loader partition of the forward: the K/V tiles of this program's work items
     (``program_id``, ``+ num_programs``, ...) through one ring, so the next item's first
     tiles load while the consumers finish the current one."""
@@ -233,8 +246,8 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads,
         _, _, _, _, _, kv_row0, kv_col, n_tiles, _ = _work_block(
             w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N, HEAD_D, CAUSAL,
             GROUP)
-        _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, kv_row0, kv_col,
-                      n_tiles, it, BLOCK_N, NUM_STAGES)
+        _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                      kv_row0, kv_col, n_tiles, it, BLOCK_N, NUM_STAGES)
         it += n_tiles
 
 
@@ -330,14 +343,17 @@ def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q,
 
 @gluon.jit
 def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready, v_ready,
-             empty, LSE, stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
+             k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
              n_mtiles, n_work, qk_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+             CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, half
     ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
     on get the causal mask), read from the ring in the loader's order. Writes those rows of
-    O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's."""
+    O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's.
+    ``O_IN_P``: ``o_smem`` is this consumer's second P buffer (P_1, P_3, ... are written
+    there), free from an item's last P V until the next item's second softmax: its O store
+    is waited for once S_0 of the next item has landed."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -357,6 +373,9 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
                                                   m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
                                                   HEAD_D, NUM_STAGES, s_layout, o_layout)
         s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
+        mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
+        if O_IN_P:
+            tma.store_wait(0)           # (the previous item's O has left P's second buffer)
         more = w + step < n_work
         if n_tiles == 1 and more:       # S_0 was the last S to read this Q: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
@@ -371,17 +390,19 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES)
             for j in range(n_tiles - 2):
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
+                mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)  # K_{j+1}
                 acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
                 m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked,
                                                   qk_scale, p_smem.index(P0 + (j + 1) % 2),
                                                   BLOCK_N, CAUSAL)
                 s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + j + 2, NUM_STAGES)
                 acc = warpgroup_mma_wait(1, deps=(acc,))
-                mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)  # K_j, V_j read
+                mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)  # V_j read
                 acc = _rescaled(acc, alpha, o_layout)
                 m_i = m_new
             j = n_tiles - 2             # (no S_{j+2} to issue)
             s = warpgroup_mma_wait(0, deps=(s_tok,))
+            mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)
             if more:                    # every S has read this Q: load the next item's
                 _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                         seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
@@ -389,12 +410,12 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             m_i, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
                                             p_smem.index(P0 + (j + 1) % 2), BLOCK_N, CAUSAL)
             acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)
+            mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
             acc = _rescaled(acc, alpha, o_layout)
         j = n_tiles - 1
         acc = warpgroup_mma_wait(0, deps=(_pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc,
                                               it + j, NUM_STAGES),))
-        mbarrier.arrive(empty.index((it + j) % NUM_STAGES), count=1)
+        mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
         _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
                    dtype, o_layout)
@@ -408,29 +429,38 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
+                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
+                       O_IN_P: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
-    o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
                                        _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
-    q_bar, k_ready, v_ready, empty = _kv_ring_barriers(NUM_STAGES)
+    if O_IN_P:      # O leaves through each consumer's second P buffer (see _consume)
+        o0 = p_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
+        o1 = p_smem.index(3)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
+    else:
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
+        o0, o1 = o_smem.index(0), o_smem.index(1)
+    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
+    k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
 
     gl.warp_specialize([
-        (_consume, (q_desc, o_desc, q_smem.index(0), o_smem.index(0), p_smem,
-                    q_bar.index(0), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
-                    stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
-                    0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
-        (_consume, (q_desc, o_desc, q_smem.index(1), o_smem.index(1), p_smem,
-                    q_bar.index(1), k_smem, v_smem, k_ready, v_ready, empty, LSE, stride_lse_b,
-                    stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
-                    1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
-        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, nheads, group,
-                       seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M, BLOCK_N, HEAD_D,
-                       NUM_STAGES, CAUSAL, GROUP)),
+        (_consume, (q_desc, o_desc, q_smem.index(0), o0, p_smem,
+                    q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P)),
+        (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
+                    q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P)),
+        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -443,8 +473,13 @@ def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
 
 def config(d: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
-    ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps)."""
-    return env_config("fwd_hopper", _CONFIGS, d)
+    ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps; the
+    schedule holds two K tiles at once, so at least 2 slots)."""
+    rows, keys, stages, regs = env_config("fwd_hopper", _CONFIGS, d)
+    if stages < 2:
+        raise ValueError(f"FLASHTILE_GLUON_FWD_CONFIG: the Gluon forward needs at least 2 ring "
+                         f"slots (it holds K_j and K_(j+1)), got {stages}")
+    return rows, keys, stages, regs
 
 
 def folded(t: torch.Tensor) -> torch.Tensor | None:
@@ -558,6 +593,20 @@ def causal_group(d: int, n_tiles: int, variable: str = "FLASHTILE_GLUON_FWD_GROU
     return int(value)
 
 
+# An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the
+# compiler adds (344 B at the default configs)
+SHARED_BYTES = 227 * 1024 - 1024
+
+
+def o_in_p(rows: int, keys: int, stages: int, d: int) -> bool:
+    """Whether O must leave through a P buffer for a config to fit in shared memory (2-byte
+    elements): Q and O ``2 x (rows, d)``, K and V ``stages x (keys, d)``, four P
+    ``(rows, keys)``; it can when a P buffer holds O (``keys >= d``), e.g. 128 keys x 2
+    slots at d=128 (256 KB with O apart, 224 KB through P)."""
+    apart = 2 * (4 * rows * d + 2 * stages * keys * d + 4 * rows * keys)
+    return apart > SHARED_BYTES and keys >= d
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -576,5 +625,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
-             GROUP=causal_group(d, n_mtiles) if causal(params) else 1),
+             GROUP=causal_group(d, n_mtiles) if causal(params) else 1,
+             O_IN_P=o_in_p(block_m, block_n, stages, d)),
         descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
