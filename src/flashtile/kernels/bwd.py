@@ -18,6 +18,8 @@ With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
    - *one pass* (``FLASHTILE_BWD_DQ=atomic``): the dK/dV program also computes each tile's
      ``dS K`` and adds it to an fp32 dQ buffer with relaxed atomics: 5 matmuls per tile, but
      on the H200 the atomics cost more than the recomputation they save (docs/perf.md).
+     On sm_90, where the Gluon dK/dV kernel covers the call, it runs the one pass with dQ
+     leaving through TMA reductions (:mod:`.bwd_hopper`).
 
    dK and dV never use atomics: bitwise reproducible either way.
 

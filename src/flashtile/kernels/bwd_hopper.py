@@ -29,7 +29,16 @@ Each consumer issues the next tile's S^T and dP^T right after this tile's dV and
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
 instructions touch an accumulator still in flight.
 
-dQ stays with the tile-level dQ kernel, and ``D = rowsum(dO * O)`` with the preprocess kernel.
+dQ stays with the tile-level dQ kernel, and ``D = rowsum(dO * O)`` with the preprocess kernel,
+except in one pass (``FLASHTILE_BWD_DQ=atomic``; branch ``gluon-bwd-tma-dq``, not yet run on a
+GPU): both consumers store dS^T to shared tiles, each computes its part of the tile's
+``dQ^T = K^T dS^T`` summed over both consumers' keys (at d=128 half of the head dim, at d=64
+half of the queries: 64 x 32 fp32, 16 registers), and the part leaves through shared memory
+as a TMA reduction (``cp.reduce.async.bulk.tensor.add``, summed in the L2) into an fp32
+accumulator: 5 tile products instead of the two passes' 7, and 17 GB of fp32 adds at d=128,
+16k, 16 heads. Session 13 measured per-thread ``red.global.add.f32`` tiles at 1.5 TB/s (the
+previous one-pass branch, 30-43% slower at d=128); this is FlashAttention-3's path for dQ.
+Offline: no spills at d=64 (12 waits, 96 HGMMA); 88-116 B at d=128 (item-level scalars).
 The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
 multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable ``dout``
 and the two-pass dQ mode. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
