@@ -32,17 +32,29 @@ import triton.language as tl
 
 
 @triton.jit
+def _tile_value(ROWS: tl.constexpr, D: tl.constexpr):
+    """The ``(ROWS, D)`` fp32 tile every step adds (its values checked by the tests)."""
+    return (tl.arange(0, ROWS)[:, None] + tl.arange(0, D)[None, :]).to(tl.float32) * 1e-3
+
+
+@triton.jit
+def _tile_at(i, n_tiles, SAME: tl.constexpr):
+    """Step i's tile: ``same``, every program at tile i; ``spread``, program p at tile
+    p + i * programs."""
+    if SAME:
+        return i % n_tiles
+    return (tl.program_id(0) + i * tl.num_programs(0)) % n_tiles
+
+
+@triton.jit
 def _add_tiles(DQ, n_rows, steps, MODE: tl.constexpr, ROWS: tl.constexpr, D: tl.constexpr):
-    pid = tl.program_id(0)
-    n_tiles = n_rows // ROWS
+    """``spread`` (MODE 0), ``same`` (1): relaxed atomic adds; ``store`` (2): the spread
+    tiles stored."""
     offs_m = tl.arange(0, ROWS)
     offs_d = tl.arange(0, D)
-    val = (offs_m[:, None] + offs_d[None, :]).to(tl.float32) * 1e-3
+    val = _tile_value(ROWS, D)
     for i in range(steps):
-        if MODE == 1:        # same: every program at tile i
-            tile = i % n_tiles
-        else:                # spread / store: program p at tile p + i
-            tile = (pid + i * tl.num_programs(0)) % n_tiles
+        tile = _tile_at(i, n_rows // ROWS, MODE == 1)
         ptrs = DQ + (tile * ROWS + offs_m)[:, None] * D + offs_d[None, :]
         if MODE == 2:
             tl.store(ptrs, val)
@@ -56,17 +68,9 @@ def _reduce_tiles(desc, n_rows, steps, SAME: tl.constexpr, ROWS: tl.constexpr,
     """The ``spread`` (``SAME`` false) or ``same`` pattern of :func:`_add_tiles` as TMA
     reductions into the tensor descriptor ``desc`` (``(n_rows, D)`` fp32, blocks
     ``(ROWS, D)``)."""
-    pid = tl.program_id(0)
-    n_tiles = n_rows // ROWS
-    offs_m = tl.arange(0, ROWS)
-    offs_d = tl.arange(0, D)
-    val = (offs_m[:, None] + offs_d[None, :]).to(tl.float32) * 1e-3
+    val = _tile_value(ROWS, D)
     for i in range(steps):
-        if SAME:
-            tile = i % n_tiles
-        else:
-            tile = (pid + i * tl.num_programs(0)) % n_tiles
-        desc.atomic_add([tile * ROWS, 0], val)
+        desc.atomic_add([_tile_at(i, n_rows // ROWS, SAME) * ROWS, 0], val)
 
 
 def descriptor(dq: torch.Tensor, rows: int):
