@@ -98,6 +98,25 @@ def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
     assert dq_calls == []
 
 
+@gluon_cases_over([(2, 1024, 8, 2, 128), (3, 512, 4, 1, 64)])
+def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_DQ_LATE=1``: each tile's dQ part leaves after the next tile's
+    products are issued; all three gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
+def test_dq_late_switch(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "2")
+    with pytest.raises(ValueError, match="0 or 1"):
+        bwd_hopper.dq_late()
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE")
+    assert not bwd_hopper.dq_late()
+
+
 @gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64)])
 def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_GROUP`` 1, 4 and 3 (8 key items per KV head: chunks of 4, and of

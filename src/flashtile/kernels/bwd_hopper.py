@@ -58,7 +58,7 @@ from triton.experimental.gluon.language._core import builtin
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
-from .common import gluon_switch_on
+from .common import getenv, gluon_switch_on
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
@@ -210,15 +210,21 @@ def _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, g, c, HALF: gl.constexpr,
 
 
 @gluon.jit
-def _dq_reduce(dqt, dq_smem, dq_desc, ds_free, t, i0, n_i, q_row0, q_col0, sm_scale,
-               HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr):
-    """One pass: tile t's dQ^T part (complete) frees the dS^T tiles, then leaves as
-    ``sm_scale * dQ`` through this consumer's shared tile by a TMA reduction into the fp32
-    accumulator (``dq_desc``: ``(b * sq, hq * d)`` in ``(Q_PART, 64)`` blocks), once the
-    previous tile's reduction has read the tile."""
-    Q_PART: gl.constexpr = dqt.shape[1]
+def _ds_release(ds_free):
+    """One pass: this consumer's dQ products of the tile are done (waited for): the dS^T
+    tiles may be overwritten as far as it is concerned."""
     gl.thread_barrier()         # (every warp's products done before the one arrival)
     mbarrier.arrive(ds_free, count=1)
+
+
+@gluon.jit
+def _dq_reduce(dqt, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
+               HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr):
+    """One pass: tile t's dQ^T part (complete) leaves as ``sm_scale * dQ`` through this
+    consumer's shared tile by a TMA reduction into the fp32 accumulator (``dq_desc``:
+    ``(b * sq, hq * d)`` in ``(Q_PART, 64)`` blocks), once the previous tile's reduction has
+    read the tile."""
+    Q_PART: gl.constexpr = dqt.shape[1]
     row = q_row0 + (i0 + t % n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D
     if HEAD_D == 64:
@@ -240,7 +246,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, ONE_PASS: gl.constexpr):
+                  GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     K and V alternate between two buffers (``k_smem``/``v_smem``/``kv_bar`` index
@@ -248,7 +254,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     through the other. ``ONE_PASS``: per tile also its part of dQ (:func:`_dq_issue`) from
     both consumers' dS^T tiles, added into the fp32 accumulator by TMA (:func:`_dq_reduce`);
     the other consumer's K buffer is read too, so dK is staged in this one's only after both
-    consumers' last dQ products of the item."""
+    consumers' last dQ products of the item. ``DQ_LATE``: a tile's dQ part leaves after the
+    next tile's S^T and dP^T are issued (its shared-memory store under their products)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -324,14 +331,19 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
             if ONE_PASS:    # (dV and dQ done; dK may still run)
                 dqt = warpgroup_mma_wait(1, deps=(dqt,))
-                _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, ds_free, t, i0, n_i, q_row0,
-                           q_col0, sm_scale, HALF, BLOCK_M, HEAD_D)
+                _ds_release(ds_free)
+                if not DQ_LATE:
+                    _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                               sm_scale, HALF, BLOCK_M, HEAD_D)
             nslot = (r + 1) % NUM_STAGES
             mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
             st = warpgroup_mma(k_cur, q_smem.index(nslot).permute((1, 0)), s_zero,
                                use_acc=False, is_async=True)
             dpt = warpgroup_mma(v_cur, do_smem.index(nslot).permute((1, 0)), s_zero,
                                 use_acc=False, is_async=True)
+            if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
+                _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                           sm_scale, HALF, BLOCK_M, HEAD_D)
         t = n_t - 1
         r = it + t
         st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
@@ -348,7 +360,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
         if ONE_PASS:
             dqt = warpgroup_mma_wait(1, deps=(dqt,))
-            _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, ds_free, t, i0, n_i, q_row0, q_col0,
+            _ds_release(ds_free)
+            _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                        sm_scale, HALF, BLOCK_M, HEAD_D)
         dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
         mbarrier.arrive(empty.index(slot), count=1)
@@ -374,7 +387,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                        ONE_PASS: gl.constexpr):
+                        ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece.
     dtype: gl.constexpr = k_desc.dtype
@@ -399,12 +412,14 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                         0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS)),
+                         0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
+                         DQ_LATE)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                         1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS)),
+                         1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
+                         DQ_LATE)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP)),
@@ -430,6 +445,16 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         return False
     keys, queries = config(q.shape[3])[:2]
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)
+
+
+def dq_late() -> bool:
+    """One pass: whether a tile's dQ part leaves under the next tile's products
+    (``FLASHTILE_GLUON_BWD_DQ_LATE=1``; default ``0``: right after its own products, which
+    spills less: d=64 0 B against 8-32 B, d=128 88-116 B against 204-280 B)."""
+    value = getenv("FLASHTILE_GLUON_BWD_DQ_LATE", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"FLASHTILE_GLUON_BWD_DQ_LATE must be 0 or 1, got {value!r}")
+    return value == "1"
 
 
 def persistent_ahead(d: int) -> bool:
@@ -468,5 +493,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(d, n_ntiles, "FLASHTILE_GLUON_BWD_GROUP")
-             if fwd_hopper.causal(params) else 1, ONE_PASS=dq_acc is not None),
+             if fwd_hopper.causal(params) else 1, ONE_PASS=dq_acc is not None,
+             DQ_LATE=dq_acc is not None and dq_late()),
         fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s")
