@@ -86,7 +86,8 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
 
 
-# Further variables a Gluon kernel's launch reads (for plan keys): the grids.
+# Further variables a Gluon kernel's launch reads (for plan keys): the grids and the causal
+# orders.
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
