@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import (assert_replays_match, assert_within_budget, check_persistent,
-                   gluon_cases_over, gluon_switched_on, needs_hopper)
+from utils import (assert_replays_match, assert_within_budget, check_causal_groups,
+                   check_persistent, gluon_cases_over, gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -119,13 +119,10 @@ def test_dq_late_switch(monkeypatch):
 
 @gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64)])
 def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_GROUP`` 1, 4 and 3 (8 key items per KV head: chunks of 4, and of
-    3, 3 and a short 2): the causal order walks every item once; gradients within budget."""
-    b, s, hq, hkv, d = shape
-    for group in ("1", "4", "3"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_GROUP", group)
-        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 3
+    """``FLASHTILE_GLUON_BWD_GROUP``: the dK/dV kernel's causal order in chunks of key items
+    (:func:`utils.check_causal_groups`)."""
+    check_causal_groups(monkeypatch, "FLASHTILE_GLUON_BWD_GROUP", "dkdv", shape, causal,
+                        dtype, gluon_calls)
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128)])
@@ -134,8 +131,8 @@ def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     (512 or 256 items of 128 keys: two to four apiece, of different lengths when causal) with
     K and V double-buffered, and a call with fewer items than SMs; gradients within budget."""
     b, s, _, hkv, _ = shape
-    check_persistent(monkeypatch, "FLASHTILE_GLUON_BWD_PERSISTENT", shape, b * hkv * s // 128,
-                     causal, dtype, gluon_calls)
+    check_persistent(monkeypatch, "FLASHTILE_GLUON_BWD_PERSISTENT", "dkdv", shape,
+                     b * hkv * s // 128, causal, dtype, gluon_calls)
 
 
 @pytest.mark.gpu

@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 from test_kernels import check
-from utils import (check_persistent, count_calls, gluon_cases, gluon_cases_over,
-                   gluon_switched_on, needs_hopper)
+from utils import (check_causal_groups, check_persistent, count_calls, gluon_cases,
+                   gluon_cases_over, gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
@@ -154,20 +154,16 @@ def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     second round partial, and in causal calls taken in reverse: the snake order), and a call
     with fewer items than SMs; outputs and gradients within budget."""
     b, s, hq, _, _ = shape
-    check_persistent(monkeypatch, "FLASHTILE_GLUON_FWD_PERSISTENT", shape, b * hq * s // 128,
-                     causal, dtype, gluon_calls)
+    check_persistent(monkeypatch, "FLASHTILE_GLUON_FWD_PERSISTENT", "fwd", shape,
+                     b * hq * s // 128, causal, dtype, gluon_calls)
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64)])
 def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_FWD_GROUP`` 1, 4 and 3 (8 query tiles per head: chunks of 4, and of
-    3, 3 and a short 2): the causal order walks every item once; outputs and gradients within
-    budget. (Without a mask the order is unchanged.)"""
-    b, s, hq, hkv, d = shape
-    for group in ("1", "4", "3"):
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", group)
-        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 3
+    """``FLASHTILE_GLUON_FWD_GROUP``: the forward's causal order in chunks of query tiles
+    (:func:`utils.check_causal_groups`)."""
+    check_causal_groups(monkeypatch, "FLASHTILE_GLUON_FWD_GROUP", "fwd", shape, causal,
+                        dtype, gluon_calls)
 
 
 def test_causal_group_rule_and_bad_value(monkeypatch):

@@ -97,20 +97,51 @@ def gluon_switched_on(monkeypatch, variable: str, module, name: str):
     flashtile.set_backend(None)
 
 
-def check_persistent(monkeypatch, variable: str, shape, n_work: int, causal: bool, dtype,
-                     calls: list) -> None:
-    """A Gluon kernel with its persistent grid (``variable=1``): with well over two work items
-    per SM the grid is one program per SM; outputs and gradients within budget
-    (``test_kernels.check``); the kernel launched once."""
+def gluon_launches(monkeypatch) -> list:
+    """The Gluon launches of the calls that follow, as ``(role, grid, meta)`` (role ``fwd``,
+    ``dkdv`` or ``dq``; the real launch runs): what a switch actually sent to the kernel."""
+    from flashtile.kernels import plans
+    seen, real = [], plans.gluon_launch
+
+    def spy(*args):     # (record, kernel, grid, tiles, args, meta, make_descriptor, role, label)
+        seen.append((args[7], args[2], args[5]))
+        return real(*args)
+    monkeypatch.setattr(plans, "gluon_launch", spy)
+    return seen
+
+
+def check_persistent(monkeypatch, variable: str, role: str, shape, n_work: int, causal: bool,
+                     dtype, calls: list) -> None:
+    """A Gluon kernel (``role``) with its persistent grid (``variable=1``): launched once, on
+    one program per SM (fewer when there are fewer work items); outputs and gradients within
+    budget (``test_kernels.check``)."""
     from test_kernels import check
 
-    from flashtile.kernels import fwd_hopper
+    from flashtile.kernels.common import sm_count
     monkeypatch.setenv(variable, "1")
+    launches = gluon_launches(monkeypatch)
     b, s, hq, hkv, d = shape
-    if n_work > 200:
-        assert fwd_hopper.programs(n_work, torch.device("cuda"), variable, False) < n_work / 1.9
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(calls) == 1
+    grids = [grid for r, grid, _ in launches if r == role]
+    assert grids == [(min(n_work, sm_count(torch.device("cuda"))),)], grids
+
+
+def check_causal_groups(monkeypatch, variable: str, role: str, shape, causal: bool, dtype,
+                        calls: list) -> None:
+    """A Gluon kernel (``role``) with its causal order in chunks of 1, 4 and 3 tiles
+    (``variable``; 8 tiles per head: chunks of 4, and of 3, 3 and a short 2): every item
+    walked once (outputs and gradients within budget), each launch given the chunk asked for
+    (without a mask the order is unchanged: 1)."""
+    from test_kernels import check
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    for group in ("1", "4", "3"):
+        monkeypatch.setenv(variable, group)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(calls) == 3
+    groups = [meta["GROUP"] for r, _, meta in launches if r == role]
+    assert groups == ([1, 4, 3] if causal else [1, 1, 1]), groups
 
 
 def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
@@ -137,6 +168,8 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
 
 
 __all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GLUON_SHAPES", "GPU", "HOPPER",
-           "assert_replays_match", "assert_within_budget", "check_persistent", "count_calls",
+           "assert_replays_match", "assert_within_budget", "check_causal_groups",
+           "check_persistent", "count_calls",
+           "gluon_launches",
            "flashtile", "gluon_cases", "gluon_cases_over", "gluon_switched_on", "max_err",
            "needs_hopper", "shape_id"]
