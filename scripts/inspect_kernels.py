@@ -129,8 +129,8 @@ class GluonCapture:
 
 
 def inspect_gluon(args, dtype) -> int:
-    """The Gluon forward, dK/dV and dQ kernels at one head dim and mask; 1 if any spills or
-    ptxas warns that it serialised the wgmmas."""
+    """The Gluon forward, dK/dV (and with ``--one-pass`` the one-pass dK/dV+dQ), and dQ kernels
+    at one head dim and mask; 1 if any spills or ptxas warns that it serialised the wgmmas."""
     import flashtile
     from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
     sink = []
@@ -146,6 +146,10 @@ def inspect_gluon(args, dtype) -> int:
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
     bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
+    if args.one_pass:
+        bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=torch.zeros(q.shape))
     dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
@@ -214,6 +218,9 @@ def main() -> int:
     p.add_argument("--gluon", action="store_true",
                    help="compile the Gluon forward, dK/dV and dQ kernels instead; exit 1 on spills "
                         "or serialised wgmma")
+    p.add_argument("--one-pass", action="store_true",
+                   help="with --gluon: also the one-pass dK/dV kernel that adds dQ "
+                        "(FLASHTILE_BWD_DQ=atomic)")
     p.add_argument("--dump", type=Path)
     args = p.parse_args()
 

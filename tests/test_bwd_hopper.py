@@ -80,6 +80,43 @@ def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d)
     assert calls == []
 
 
+@gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64), (1, 256, 2, 2, 128),
+                   (3, 512, 4, 1, 64)])
+def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_BWD_DQ=atomic``: the Gluon dK/dV kernel also computes dQ, each consumer
+    its part from both consumers' dS^T tiles, added by TMA reductions into an fp32
+    accumulator; GQA/MQA (dQ of every query head of a KV head), causal, one and several work
+    items per program (d=64's persistent grid); all three gradients within budget; one
+    launch of the kernel and none of a dQ kernel."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
+    dq_calls = []
+    monkeypatch.setattr(dq_hopper, "dq", lambda *a, **k: dq_calls.append(a))
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "the one-pass backward should have run the Gluon kernel"
+    assert dq_calls == []
+
+
+@gluon_cases_over([(2, 1024, 8, 2, 128), (3, 512, 4, 1, 64)])
+def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_DQ_LATE=1``: each tile's dQ part leaves after the next tile's
+    products are issued; all three gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+
+
+def test_dq_late_switch(monkeypatch):
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "2")
+    with pytest.raises(ValueError, match="0 or 1"):
+        bwd_hopper.dq_late()
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE")
+    assert not bwd_hopper.dq_late()
+
+
 @gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64)])
 def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_GROUP``: the dK/dV kernel's causal order in chunks of key items

@@ -18,6 +18,8 @@ With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
    - *one pass* (``FLASHTILE_BWD_DQ=atomic``): the dK/dV program also computes each tile's
      ``dS K`` and adds it to an fp32 dQ buffer with relaxed atomics: 5 matmuls per tile, but
      on the H200 the atomics cost more than the recomputation they save (docs/perf.md).
+     On sm_90, where the Gluon dK/dV kernel covers the call, it runs the one pass with dQ
+     leaving through TMA reductions (:mod:`.bwd_hopper`).
 
    dK and dV never use atomics: bitwise reproducible either way.
 
@@ -555,9 +557,12 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         record = None
     # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, or from
     # the opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1)
-    dense = not (varlen or atomic or need_bias_grad)
-    hopper, hopper_dq = (_gluon_kernel(m, dout, q, k, v, params) if dense else None
-                         for m in ("bwd_hopper", "dq_hopper"))
+    # (one pass, FLASHTILE_BWD_DQ=atomic: the Gluon dK/dV kernel adds dQ in the same pass,
+    # through TMA reductions)
+    dense = not (varlen or need_bias_grad)
+    hopper = _gluon_kernel("bwd_hopper", dout, q, k, v, params) if dense else None
+    hopper_dq = (_gluon_kernel("dq_hopper", dout, q, k, v, params) if dense and not atomic
+                 else None)
     # varlen: the gradients (total, h, d) alias the kernels' (1, total, h, d) buffers
     # (detached, as the forward's output)
     dq4 = alloc(q.shape, q.dtype, q.device)
@@ -614,7 +619,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
     if hopper is not None:
-        hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record)
+        hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record,
+                    dq_acc if atomic else None)
     else:
         plans.launch(record, _dkdv_launch, dkdv_grid, (
             q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,

@@ -29,7 +29,16 @@ Each consumer issues the next tile's S^T and dP^T right after this tile's dV and
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
 instructions touch an accumulator still in flight.
 
-dQ stays with the tile-level dQ kernel, and ``D = rowsum(dO * O)`` with the preprocess kernel.
+dQ stays with the tile-level dQ kernel, and ``D = rowsum(dO * O)`` with the preprocess kernel,
+except in one pass (``FLASHTILE_BWD_DQ=atomic``; branch ``gluon-bwd-tma-dq``, not yet run on a
+GPU): both consumers store dS^T to shared tiles, each computes its part of the tile's
+``dQ^T = K^T dS^T`` summed over both consumers' keys (at d=128 half of the head dim, at d=64
+half of the queries: 64 x 32 fp32, 16 registers), and the part leaves through shared memory
+as a TMA reduction (``cp.reduce.async.bulk.tensor.add``, summed in the L2) into an fp32
+accumulator: 5 tile products instead of the two passes' 7, and 17 GB of fp32 adds at d=128,
+16k, 16 heads. Session 13 measured per-thread ``red.global.add.f32`` tiles at 1.5 TB/s (the
+previous one-pass branch, 30-43% slower at d=128); this is FlashAttention-3's path for dQ.
+Offline: no spills at d=64 (12 waits, 96 HGMMA); 88-116 B at d=128 (item-level scalars).
 The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
 multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable ``dout``
 and the two-pass dQ mode. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
@@ -39,18 +48,40 @@ d 64/128 x 1k/4k/16k x causal; docs/perf.md, session 10).
 from __future__ import annotations
 
 import torch
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
+from triton.experimental.gluon.language._core import builtin
+from triton.runtime.jit import constexpr_function
+
 from . import fwd_hopper, plans
-from .common import gluon_switch_on
+from .common import getenv, gluon_switch_on
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
 _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Add the shared tile ``src`` into ``tensor_desc`` at ``coord`` by TMA
+    (``cp.reduce.async.bulk.tensor ... .add``: summed in the L2, no registers and no per-thread
+    atomics), completed like a TMA store (:func:`tma.store_wait`). Triton 3.6 has the builder
+    call but no Gluon wrapper for it."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle,
+                                              coord, src.handle)
+
+
+@constexpr_function
+def _ds_layout():
+    """dS^T tiles' shared layout: 64-byte swizzle, so that a 32-query column slice (d=64: a
+    consumer's half of the queries) starts on a swizzle atom and reads as a wgmma operand."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
 
 
 @gluon.jit
@@ -124,14 +155,14 @@ def _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0, n_i
 @gluon.jit
 def _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M: gl.constexpr,
                    CAUSAL: gl.constexpr, dtype: gl.constexpr, a_layout: gl.constexpr):
-    """P^T and dS^T of tile t, as register A operands of dV += P^T dO and dK += dS^T Q."""
+    """P^T and dS^T of tile t, as register A operands of dV += P^T dO and dK += dS^T Q, and
+    dS^T in the scores' layout (one pass: stored for the dQ products)."""
     pt = gl.exp2(st * qk_scale - lse2[None, :])
     if CAUSAL:                                   # key j is seen by query i iff j <= i
         q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
         pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
-    dst = pt * (dpt - d_row[None, :])
-    return (gl.convert_layout(pt.to(dtype), a_layout),
-            gl.convert_layout(dst.to(dtype), a_layout))
+    dst = (pt * (dpt - d_row[None, :])).to(dtype)
+    return gl.convert_layout(pt.to(dtype), a_layout), gl.convert_layout(dst, a_layout), dst
 
 
 @gluon.jit
@@ -143,23 +174,98 @@ def _load_kv(k_desc, v_desc, k_buf, v_buf, bar, kv_row0, kv_col):
 
 
 @gluon.jit
-def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem, do_smem,
-                  ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
-                  n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+def _ds_publish(dst, ds_smem, ds_ready, ds_free, g, HALF: gl.constexpr):
+    """One pass: this consumer's dS^T of tile g (``g``: tiles read so far) into its shared
+    tile, once both consumers' dQ products of tile g-1 have read the tiles; then announced."""
+    mbarrier.wait(ds_free, (g & 1) ^ 1)
+    ds_smem.index(HALF).store(dst)
+    fence_async_shared()
+    gl.thread_barrier()         # (every thread's part stored before the one arrival)
+    mbarrier.arrive(ds_ready, count=1)
+
+
+@gluon.jit
+def _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, g, c, HALF: gl.constexpr,
+              HEAD_D: gl.constexpr):
+    """One pass: this consumer's part of tile g's dQ^T = K^T dS^T, summed over both
+    consumers' keys (their dS^T tiles and K buffers ``2 * half + c % 2``), issued once both
+    dS^T tiles are in shared memory. Parts: at d=128 the head dim's half ``HALF`` (64 rows x
+    all queries), at d=64 all 64 rows x the queries' half ``HALF``: ``dq_zero``'s shape."""
+    Q_PART: gl.constexpr = dq_zero.shape[1]
+    mbarrier.wait(ds_ready, g & 1)
+    k0 = k_smem.index(c % 2)
+    k1 = k_smem.index(2 + c % 2)
+    if HEAD_D == 64:
+        a0 = k0.permute((1, 0))
+        a1 = k1.permute((1, 0))
+        b0 = ds_smem.index(0).slice(HALF * Q_PART, Q_PART, dim=1)
+        b1 = ds_smem.index(1).slice(HALF * Q_PART, Q_PART, dim=1)
+    else:
+        a0 = k0.slice(HALF * 64, 64, dim=1).permute((1, 0))
+        a1 = k1.slice(HALF * 64, 64, dim=1).permute((1, 0))
+        b0 = ds_smem.index(0)
+        b1 = ds_smem.index(1)
+    dqt = warpgroup_mma(a0, b0, dq_zero, use_acc=False, is_async=True)
+    return warpgroup_mma(a1, b1, dqt, is_async=True)
+
+
+@gluon.jit
+def _ds_release(ds_free):
+    """One pass: this consumer's dQ products of the tile are done (waited for): the dS^T
+    tiles may be overwritten as far as it is concerned."""
+    gl.thread_barrier()         # (every warp's products done before the one arrival)
+    mbarrier.arrive(ds_free, count=1)
+
+
+@gluon.jit
+def _dq_reduce(dqt, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
+               HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr):
+    """One pass: tile t's dQ^T part (complete) leaves as ``sm_scale * dQ`` through this
+    consumer's shared tile by a TMA reduction into the fp32 accumulator (``dq_desc``:
+    ``(b * sq, hq * d)`` in ``(Q_PART, 64)`` blocks), once the previous tile's reduction has
+    read the tile."""
+    Q_PART: gl.constexpr = dqt.shape[1]
+    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D
+    if HEAD_D == 64:
+        row += HALF * Q_PART
+    else:
+        col += HALF * 64
+    tma.store_wait(0)
+    gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
+    dq_smem.permute((1, 0)).store(dqt * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [row, col], dq_smem)
+
+
+@gluon.jit
+def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar, q_smem,
+                  do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty, LSE, DSUM,
+                  stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles,
+                  nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr):
+                  GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     K and V alternate between two buffers (``k_smem``/``v_smem``/``kv_bar`` index
     ``2 * HALF + item % 2``): the next item's load in one while this item's dK/dV leave
-    through the other."""
+    through the other. ``ONE_PASS``: per tile also its part of dQ (:func:`_dq_issue`) from
+    both consumers' dS^T tiles, added into the fp32 accumulator by TMA (:func:`_dq_reduce`);
+    the other consumer's K buffer is read too, so dK is staged in this one's only after both
+    consumers' last dQ products of the item. ``DQ_LATE``: a tile's dQ part leaves after the
+    next tile's S^T and dP^T are issued (its shared-memory store under their products)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
     first, step = gl.program_id(0), gl.num_programs(0)
+    if ONE_PASS:    # (a dQ^T part: 64 rows of the head dim x Q_PART queries)
+        Q_PART: gl.constexpr = BLOCK_M // 2 if HEAD_D == 64 else BLOCK_M
+        dq_layout: gl.constexpr = fwd_hopper.mma_layouts(4, Q_PART, HEAD_D)[0]
+        dq_zero = gl.zeros([64, Q_PART], gl.float32, dq_layout)
 
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
@@ -169,7 +275,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
     it = 0          # (Q, dO) tiles read from the ring so far
     c = 0           # work items done so far
     for w in range(first, n_work, step):
-        n0, kv_row0, kv_col, i0, n_i, n_t, _, _, lse_base, d_base = _item(
+        n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
             stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL,
             GROUP)
@@ -177,6 +283,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
         k_cur = k_smem.index(buf)
         v_cur = v_smem.index(buf)
         mbarrier.wait(kv_bar.index(buf), (c // 2) & 1)
+        if ONE_PASS:    # (the other consumer's K: read by this one's dQ products)
+            mbarrier.wait(kv_bar.index(2 * (1 - HALF) + c % 2), (c // 2) & 1)
 
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
@@ -209,32 +317,56 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
             st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
             if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
                 mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
-            pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
-                                           BLOCK_M, CAUSAL, dtype, a_layout)
+            pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
+                                                qk_scale, BLOCK_M, CAUSAL, dtype, a_layout)
+            if ONE_PASS:
+                _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
             # (the next tile's rows are fetched now, to land while the GEMMs run)
             lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
                                      t + 1, i0, n_i, BLOCK_M, col_layout)
             slot = r % NUM_STAGES
             dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+            if ONE_PASS:
+                dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D)
             dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+            if ONE_PASS:    # (dV and dQ done; dK may still run)
+                dqt = warpgroup_mma_wait(1, deps=(dqt,))
+                _ds_release(ds_free)
+                if not DQ_LATE:
+                    _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                               sm_scale, HALF, BLOCK_M, HEAD_D)
             nslot = (r + 1) % NUM_STAGES
             mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
             st = warpgroup_mma(k_cur, q_smem.index(nslot).permute((1, 0)), s_zero,
                                use_acc=False, is_async=True)
             dpt = warpgroup_mma(v_cur, do_smem.index(nslot).permute((1, 0)), s_zero,
                                 use_acc=False, is_async=True)
+            if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
+                _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                           sm_scale, HALF, BLOCK_M, HEAD_D)
         t = n_t - 1
         r = it + t
         st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
         if t > 0:
             mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
-        pt_op, dst_op = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
-                                       BLOCK_M, CAUSAL, dtype, a_layout)
+        pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
+                                            BLOCK_M, CAUSAL, dtype, a_layout)
+        if ONE_PASS:
+            _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
         slot = r % NUM_STAGES
         dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+        if ONE_PASS:
+            dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D)
         dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+        if ONE_PASS:
+            dqt = warpgroup_mma_wait(1, deps=(dqt,))
+            _ds_release(ds_free)
+            _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                       sm_scale, HALF, BLOCK_M, HEAD_D)
         dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
         mbarrier.arrive(empty.index(slot), count=1)
+        if ONE_PASS:    # the other consumer's last dQ products have read this one's K
+            mbarrier.wait(ds_free, r & 1)
 
         # This item's K and V are no longer read: their tiles stage dK and dV for the TMA
         # stores (waited for before the buffer is loaded again, or at the end).
@@ -249,12 +381,13 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_sm
 
 
 @gluon.jit
-def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DSUM,
+def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
                         stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                         nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale,
                         sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
+                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
+                        ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece.
     dtype: gl.constexpr = k_desc.dtype
@@ -265,18 +398,28 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, 
     kv_bar = fwd_hopper.barriers(4, 1)
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
+    if ONE_PASS:    # each consumer's dS^T tile and dQ part; both arrive on ds_ready/ds_free
+        Q_PART: gl.constexpr = BLOCK_M // 2 if HEAD_D == 64 else BLOCK_M
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], _ds_layout())
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, Q_PART, 64], dq_desc.layout)
+        ds_ready = fwd_hopper.barriers(1, 2).index(0)
+        ds_free = fwd_hopper.barriers(1, 2).index(0)
+    else:           # (stand-ins, never touched)
+        ds_smem, dq_smem, ds_ready, ds_free = k_smem, k_smem, kv_bar.index(0), kv_bar.index(0)
 
     gl.warp_specialize([
-        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem,
-                         do_smem, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
-                         stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
-                         seqlen_k, qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-                         CAUSAL, GROUP)),
-        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem, kv_bar, q_smem,
-                         do_smem, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
-                         stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
-                         seqlen_k, qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-                         CAUSAL, GROUP)),
+        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
+                         q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
+                         LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
+                         n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                         0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
+                         DQ_LATE)),
+        (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
+                         q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
+                         LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
+                         n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                         1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
+                         DQ_LATE)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP)),
@@ -304,6 +447,16 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)
 
 
+def dq_late() -> bool:
+    """One pass: whether a tile's dQ part leaves under the next tile's products
+    (``FLASHTILE_GLUON_BWD_DQ_LATE=1``; default ``0``: right after its own products, which
+    spills less: d=64 0 B against 8-32 B, d=128 88-116 B against 204-280 B)."""
+    value = getenv("FLASHTILE_GLUON_BWD_DQ_LATE", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"FLASHTILE_GLUON_BWD_DQ_LATE must be 0 or 1, got {value!r}")
+    return value == "1"
+
+
 def persistent_ahead(d: int) -> bool:
     """Where this kernel's persistent grid measured ahead of one program per item (session 12,
     H200, bf16, forward+backward in the same runs, 512 to 16k, causal or not): d=64 (ahead at 9
@@ -312,28 +465,34 @@ def persistent_ahead(d: int) -> bool:
     return d == 64
 
 
-def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> None:
     """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
     (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
-    plan's recorder (:func:`.plans.gluon_launch`)."""
+    plan's recorder (:func:`.plans.gluon_launch`). With ``dq_acc`` (float32, contiguous, shaped
+    like q, zeros) the same pass adds ``softmax_scale * dS K`` into it (one pass)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = config(d)
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
+    # one pass: the accumulator read as (b, sq, hq * d / 64, 64), so that its TMA blocks are
+    # one consumer's dQ part (Q_PART queries x 64 of the head dim); two passes: a stand-in
+    dq_tile = ((dq_acc.view(b, sq, hq * d // 64, 64), block_m // 2 if d == 64 else block_m)
+               if dq_acc is not None else (dk, block_n))
     plans.gluon_launch(
         record, _dkdv_hopper_kernel,
         (fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                              persistent_ahead(d)),),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
-         (dv, block_n)),
+         (dv, block_n), dq_tile),
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
          hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(d, n_ntiles, "FLASHTILE_GLUON_BWD_GROUP")
-             if fwd_hopper.causal(params) else 1),
+             if fwd_hopper.causal(params) else 1, ONE_PASS=dq_acc is not None,
+             DQ_LATE=dq_acc is not None and dq_late()),
         fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s")

@@ -495,7 +495,7 @@ def folded(t: torch.Tensor) -> torch.Tensor | None:
 @functools.lru_cache(maxsize=None)
 def _tile_layout(rows: int, d: int, dtype: torch.dtype):
     # (made once: building it costs ~8 us of host time, and a backward builds six)
-    gdt = gl.float16 if dtype == torch.float16 else gl.bfloat16
+    gdt = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
     return gl.NVMMASharedLayout.get_default_for([rows, d], gdt)
 
 
