@@ -326,12 +326,12 @@ def check_dense_plans(launches, seen) -> int:
     ok = len(fwd._PLANS) == before
     failures += not ok
     print(f"plans fwd+bwd, a tensor the call did not name: {'not planned' if ok else 'PLANNED'}")
+    # One pass: its plan allocates a zeroed accumulator and ends with dQ's copy (torch ops,
+    # no launches): forward, preprocess, dK/dV (adding dQ), on a new signature (softcap 5).
     os.environ["FLASHTILE_BWD_DQ"] = "atomic"
-    before = len(bwd._PLANS)
-    launches(make(q, k, v, dout, {**kw, "softcap": 5.0}))     # (a new signature)
-    ok = len(bwd._PLANS) == before
-    failures += not ok
-    print(f"plans fwd+bwd, one-pass dQ backward: {'not planned' if ok else 'PLANNED'}")
+    one_pass = [make(*inputs("plain")[:4], {**kw, "softcap": 5.0}) for _ in range(2)]
+    failures += _planned_like_full(launches, one_pass, "plans fwd+bwd, one-pass dQ",
+                                   lambda: len(fwd._PLANS) + len(bwd._PLANS), 3, new=2)
     os.environ.pop("FLASHTILE_BWD_DQ")
     return failures
 
@@ -461,19 +461,21 @@ def check_gluon_plans(launches) -> int:
     from flashtile.kernels import bwd, common, fwd, fwd_hopper
     real = common.is_sm90
     common.is_sm90 = fwd_hopper.is_sm90 = lambda device: True
-    dq_on = {"FLASHTILE_GLUON_DQ": "1"}
+    dq_on = {"FLASHTILE_GLUON_DQ": "1", "FLASHTILE_BWD_DQ": "two-pass"}
     try:
         failures = 0
-        # (d=64 causal: the tile-level forward, the Gluon dK/dV kernel)
-        for variant, d, env in (("plain", 128, {}), ("not causal", 128, {}),
-                                ("gqa 8/2", 128, {}), ("scale", 128, {}), ("plain", 64, {}),
-                                ("not causal", 64, {}), ("scale", 64, dq_on),
-                                ("gqa 8/2", 64, dq_on)):
+        # (d=64 causal: the tile-level forward, the Gluon dK/dV kernel; kernels: forward,
+        # preprocess, dK/dV, and dQ in two passes, which d=128 causal at these lengths takes by
+        # default; the others add dQ in the dK/dV pass, bwd_hopper.one_pass)
+        for variant, d, env, kernels in (
+                ("plain", 128, {}, 4), ("not causal", 128, {}, 3), ("gqa 8/2", 128, {}, 4),
+                ("scale", 128, {}, 4), ("plain", 64, {}, 3), ("not causal", 64, {}, 3),
+                ("scale", 64, dq_on, 4), ("gqa 8/2", 64, dq_on, 4)):
             failures += _planned_like_full(
                 launches, [_with_env(_dense_call(*_dense_inputs(variant, d=d)), env)
                            for _ in range(2)],
                 f"gluon plans fwd+bwd d{d} {variant}{' + Gluon dQ' if env else ''}",
-                lambda: len(fwd._PLANS) + len(bwd._PLANS), 4, new=2)
+                lambda: len(fwd._PLANS) + len(bwd._PLANS), kernels, new=2)
         q, k, v, dout, kw = _dense_inputs("plain")
         changes = {"not causal": (dict(causal=False), {}), "scale": (dict(softmax_scale=0.05), {}),
                    "Gluon forward switched off": ({}, {"FLASHTILE_GLUON_FWD": "0"}),

@@ -10,7 +10,8 @@ import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
 from utils import (assert_replays_match, assert_within_budget, check_causal_groups,
-                   check_persistent, gluon_cases_over, gluon_switched_on, needs_hopper)
+                   check_persistent, gluon_cases_over, gluon_launches, gluon_switched_on,
+                   needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -62,8 +63,11 @@ BACKWARD = {"dkdv": ("FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv"),
 
 @pytest.fixture(params=list(BACKWARD))
 def backward_calls(request, monkeypatch):
-    """Each Gluon backward kernel switched on in turn: (its switch, its counted launches)."""
+    """Each Gluon backward kernel switched on in turn: (its switch, its counted launches); the
+    Gluon dQ kernel with two passes (in one pass the dK/dV kernel adds dQ)."""
     variable, module, name = BACKWARD[request.param]
+    if name == "dq":
+        monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")
     for calls in gluon_switched_on(monkeypatch, variable, module, name):
         yield variable, calls
 
@@ -110,11 +114,103 @@ def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 def test_dq_late_switch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_DQ_LATE``: ``1``/``0`` force the late or early dQ reductions;
+    unset or ``auto``: :func:`bwd_hopper.one_pass`'s choice; anything else refused."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "2")
-    with pytest.raises(ValueError, match="0 or 1"):
-        bwd_hopper.dq_late()
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE")
-    assert not bwd_hopper.dq_late()
+    with pytest.raises(ValueError, match="0, 1 or auto"):
+        bwd_hopper.dq_late(64, True, 8)
+    for value in (None, "auto"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", value)
+        assert bwd_hopper.dq_late(64, True, 8)
+        assert not bwd_hopper.dq_late(64, True, 32)
+        assert not bwd_hopper.dq_late(128, False, 8)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "0")
+    assert not bwd_hopper.dq_late(64, True, 8)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
+    assert bwd_hopper.dq_late(128, False, 32)
+
+
+@pytest.mark.parametrize("d,causal,n_ntiles,expected", [
+    (64, False, 4, "early"), (128, False, 8, "early"), (128, False, 128, "early"),
+    (64, True, 8, "late"), (64, True, 9, "early"), (128, True, 8, "two-pass"),
+    (128, True, 32, "early")])
+def test_one_pass_rule(d, causal, n_ntiles, expected):
+    """Where one pass measured ahead (session 14): everywhere but causal with at most 8 work
+    items per head, where d=64 takes the late reductions and d=128 two passes."""
+    assert bwd_hopper.one_pass(d, causal, n_ntiles) == expected
+
+
+def test_dq_mode_switch(monkeypatch):
+    """``FLASHTILE_BWD_DQ``: ``auto`` by default, ``atomic``/``two-pass`` force, anything else
+    refused; ``deterministic=True`` is always two passes."""
+    from flashtile.kernels import bwd
+    monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
+    assert bwd.dq_mode() == "auto"
+    assert bwd.dq_mode(deterministic=True) == "two-pass"
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    assert bwd.dq_mode() == "atomic"
+    assert bwd.dq_mode(deterministic=True) == "two-pass"
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "one")
+    with pytest.raises(ValueError, match="'auto', 'atomic' or 'two-pass'"):
+        bwd.dq_mode()
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("shape,causal,deterministic,expected", [
+    ((2, 1024, 8, 2, 128), False, False, "+dQ"),
+    ((2, 1024, 8, 8, 64), True, False, "+dQ late"),
+    ((2, 1024, 8, 2, 128), True, False, None),
+    ((1, 2048, 4, 4, 128), True, False, "+dQ"),
+    ((2, 1024, 8, 2, 128), False, True, None)],
+    ids=["d128-full", "d64-causal-1k", "d128-causal-1k", "d128-causal-2k", "deterministic"])
+def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic, expected):
+    """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
+    says so (no dQ kernel runs then), with the late reductions at d=64 causal 1k;
+    ``deterministic=True`` and d=128 causal 1k run two passes. Gradients within budget; the
+    second call of each signature replays its launch plan (zeroed accumulator and the final
+    copy included) and gives the same gradients bit for bit only in two passes (one pass sums
+    in arrival order), within budget either way."""
+    from flashtile.kernels import bwd, plans
+    monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE", raising=False)
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    q, k, v = (torch.randn(b, s, h, d, dtype=torch.bfloat16, device="cuda")
+               for h in (hq, hkv, hkv))
+    dout = torch.randn(b, s, hq, d, dtype=torch.bfloat16, device="cuda")
+
+    def grads(dt, kernel=False):
+        ins = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+        if kernel:
+            out = flash_attn_func(*ins, causal=causal, deterministic=deterministic)
+        else:
+            params, _ = _flash_params(*ins, 0.0, None, causal, (-1, -1), 0.0, None, False)
+            out = attention_reference(*ins, params, dtype=dt)[0]
+        return torch.autograd.grad(out, ins, dout.to(dt))
+
+    ref, same = grads(torch.float64), grads(torch.bfloat16)
+    plans_before = len(bwd._PLANS)
+    first = grads(torch.bfloat16, kernel=True)
+    labels = [meta for role, _, meta in launches if role == "dkdv"]
+    assert len(gluon_calls) == 1 and len(labels) == 1
+    assert labels[0]["ONE_PASS"] == (expected is not None), labels[0]
+    assert labels[0]["DQ_LATE"] == (expected == "+dQ late"), labels[0]
+    assert plans.gluon_configs["dkdv"].endswith(expected or "s"), plans.gluon_configs
+    assert bwd.last_dq_pass == ("two-pass" if expected is None else "atomic")
+    assert len(bwd._PLANS) == plans_before + 1, "the first call should have recorded a plan"
+    replayed = grads(torch.bfloat16, kernel=True)
+    assert len(gluon_calls) == 1, "the second call should have replayed the plan"
+    for name, r, s_, a, b_ in zip(("dq", "dk", "dv"), ref, same, first, replayed):
+        floor = 8e-3 * (4 if name != "dv" else 1)
+        assert_within_budget(name, a, r, s_, floor)
+        assert_within_budget(name + " (replayed)", b_, r, s_, floor)
+        if expected is None or name != "dq":
+            assert torch.equal(a, b_), f"{name}: a replay should equal the first call"
 
 
 @gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64)])
@@ -193,7 +289,8 @@ def test_strided_dout_falls_back(gluon_calls):
 @needs_hopper
 def test_bench_rows_name_the_gluon_kernel():
     """The bench's flashtile rows say that dK/dV and, at d=128, the forward ran in the Gluon
-    kernels (with their configs); dQ did not (opt-in)."""
+    kernels (with their configs), and that dQ was added in the dK/dV pass (one pass, the
+    default at d=128 unmasked)."""
     from flashtile.bench import providers
     from flashtile.bench.cases import BenchCase
     provider = providers.FlashtileProvider()
@@ -204,8 +301,8 @@ def test_bench_rows_name_the_gluon_kernel():
                            requires_grad=True) for _ in range(3))
     provider.build(case, device)(q, k, v).sum().backward()
     configs = provider.launched_configs(case, device)
-    assert configs["dkdv"] == "gluon {}x{}/{}s".format(2 * bwd_hopper.config(128)[0],
-                                                       *bwd_hopper.config(128)[1:3]), configs
-    assert configs["fwd"] == "gluon {}x{}/{}s".format(2 * fwd_hopper.config(128)[0],
-                                                      *fwd_hopper.config(128)[1:3]), configs
-    assert not configs["dq"].startswith("gluon"), configs
+    assert configs["dkdv"] == "gluon {}x{}/{}s +dQ".format(
+        2 * bwd_hopper.config(128)[0], *bwd_hopper.config(128)[1:3]), configs
+    assert configs["fwd"] == "gluon {}x{}/{}s".format(2 * fwd_hopper.config(128, 512)[0],
+                                                      *fwd_hopper.config(128, 512)[1:3]), configs
+    assert configs["dq"] == "in the dK/dV pass", configs

@@ -13,7 +13,9 @@ from flashtile.kernels import bwd_hopper, dq_hopper
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
-    """Turns the (opt-in) Gluon dQ kernel on and counts its launches (the real one runs)."""
+    """Turns the (opt-in) Gluon dQ kernel on, with two passes (in one pass the dK/dV kernel
+    adds dQ), and counts its launches (the real one runs)."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_DQ", dq_hopper, "dq")
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_kernels import check
 from utils import (check_causal_groups, check_persistent, count_calls, gluon_cases,
-                   gluon_cases_over, gluon_switched_on, needs_hopper)
+                   gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
@@ -180,8 +180,10 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
 
 def test_o_leaves_through_p_only_when_it_must():
     """O is staged in a P buffer only for configs that do not fit apart and whose P buffer
-    holds O: the defaults keep their own O tiles."""
-    assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[128][:3], 128)
+    holds O: d=128's default (128 keys x 2 slots) does, d=64's and d=128's narrow config for
+    key lengths that are not multiples of 128 keep their own O tiles."""
+    assert fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[128][:3], 128)
+    assert not fwd_hopper.o_in_p(*fwd_hopper._NARROW[128][:3], 128)
     assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[64][:3], 64)
     assert fwd_hopper.o_in_p(64, 128, 2, 128)        # 256 KB apart, 224 KB through P
     assert not fwd_hopper.o_in_p(64, 64, 6, 128)     # too large, but P cannot hold O
@@ -196,6 +198,33 @@ def test_two_slots(gluon_calls, monkeypatch, shape, causal, dtype):
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
+
+
+def test_narrow_tiles_where_wide_ones_do_not_divide(monkeypatch):
+    """d=128 takes 128-key tiles (2 slots) where they divide the key length, 64-key tiles (4
+    slots) where only those do, so such calls keep the Gluon forward; d=64 keeps its one
+    config. The device is stubbed as an sm_90 GPU."""
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    assert fwd_hopper.config(128, 1024) == fwd_hopper._CONFIGS[128] == (64, 128, 2, 240)
+    assert fwd_hopper.config(128, 576) == fwd_hopper._NARROW[128] == (64, 64, 4, 240)
+    assert fwd_hopper.config(64, 576) == fwd_hopper._CONFIGS[64]
+    q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
+    for sk, runs in ((576, True), (1024, True), (560, False)):
+        k = torch.randn(1, sk, 2, 128, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+        assert fwd_hopper.supports(q, k, k, params) == runs, sk
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_narrow_tiles_run(gluon_calls, monkeypatch):
+    """A d=128 call whose key length is a multiple of 64 but not of 128 runs the Gluon forward
+    on 64-key tiles; outputs and gradients within budget."""
+    launches = gluon_launches(monkeypatch)
+    check(2, 512, 576, 4, 2, 128, 128, torch.bfloat16)
+    assert len(gluon_calls) == 1
+    assert [meta["BLOCK_N"] for role, _, meta in launches if role == "fwd"] == [64]
 
 
 def test_one_slot_is_refused(monkeypatch):

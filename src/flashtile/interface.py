@@ -59,10 +59,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
         softcap: if > 0, ``score = softcap * tanh(score / softcap)`` (after scaling).
         alibi_slopes: float32 ``(nheads,)`` or ``(batch, nheads)``; adds
             ``-slope * |i + seqlen_k - seqlen_q - j|`` to the score.
-        deterministic: True always computes dQ in a second pass (bitwise reproducible). That
-            is also the default; ``FLASHTILE_BWD_DQ=atomic`` selects a one-pass backward that
-            sums dQ with atomic adds (its last bits may then differ run to run) unless this is
-            True.
+        deterministic: True always computes dQ in a second pass (bitwise reproducible). False
+            (the default) lets the backward sum dQ in the dK/dV pass where that is faster (on
+            sm_90, the Gluon dK/dV kernel's TMA reductions), so dQ's last bits may differ run
+            to run; ``FLASHTILE_BWD_DQ=two-pass|atomic|auto`` forces either way or the
+            default unless this is True.
         return_attn_probs: also return the log-sum-exp and the probabilities (testing aid, it
             materialises ``seqlen_q x seqlen_k``).
 

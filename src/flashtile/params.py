@@ -39,8 +39,9 @@ class AttentionParams:
             ``reference/philox.py``): 0.1 becomes 6554/65536, so the rate drawn and the scale
             applied agree exactly.
         seed, offset: key of the counter-based RNG that draws the dropout mask.
-        deterministic: bitwise-reproducible dQ: the backward's dQ pass never uses atomics
-            (the default); ``True`` also overrides ``FLASHTILE_BWD_DQ=atomic``.
+        deterministic: bitwise-reproducible dQ: the backward computes dQ in a second pass,
+            without atomics, whatever ``FLASHTILE_BWD_DQ`` says (default False: one pass with
+            fp32 reductions where it measured faster, :func:`flashtile.kernels.bwd.dq_mode`).
         score_mod: FlexAttention ``score_mod(score, b, h, q_idx, kv_idx) -> score``.
         mask_mod: FlexAttention ``mask_mod(b, h, q_idx, kv_idx) -> bool``.
         block_mask: a :class:`flashtile.masks.BlockMask` (block-sparse attention).

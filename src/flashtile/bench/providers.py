@@ -131,7 +131,8 @@ class FlashtileProvider(Provider):
 
     def launched_configs(self, case, device):
         """``{"fwd" | "dkdv" | "dq": "BLOCK_MxBLOCK_N/warps w/stages s"}`` of the kernels the
-        case's mode runs (their autotuners' last config; replayed launch plans set it too);
+        case's mode runs (their autotuners' last config; replayed launch plans set it too; a
+        Gluon kernel's label; dQ ``"in the dK/dV pass"`` when the backward ran one pass);
         None on the torch path."""
         from flashtile.backend import resolve
         if resolve(device) != "triton":
@@ -142,7 +143,9 @@ class FlashtileProvider(Provider):
         out = {}
         for name in names:
             c = getattr(tuners[name], "best_config", None)
-            if name in plans.gluon_configs:     # (a Gluon kernel ran it: its label)
+            if name == "dq" and bwd.last_dq_pass == "atomic":
+                out[name] = "in the dK/dV pass"
+            elif name in plans.gluon_configs:   # (a Gluon kernel ran it: its label)
                 out[name] = plans.gluon_configs[name]
             elif c is not None:
                 out[name] = (f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}/{c.num_warps}w/"

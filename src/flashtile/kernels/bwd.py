@@ -11,15 +11,17 @@ With ``P = exp(S - LSE)`` (never stored), ``D = rowsum(dO * O)``:
    :func:`_dkdv_tiles`).
 3. dQ, one of two ways:
 
-   - *two passes* (default, and always with ``deterministic=True``): ``_bwd_dq_kernel``, one
-     program per (query tile, batch, query head), walks the visible K/V tiles like the forward
-     and recomputes ``P`` and ``dP``: 7 tile matmuls per visited tile, no atomics, so dQ is
+   - *two passes* (always with ``deterministic=True``): ``_bwd_dq_kernel``, one program per
+     (query tile, batch, query head), walks the visible K/V tiles like the forward and
+     recomputes ``P`` and ``dP``: 7 tile matmuls per visited tile, no atomics, so dQ is
      bitwise reproducible too;
-   - *one pass* (``FLASHTILE_BWD_DQ=atomic``): the dK/dV program also computes each tile's
-     ``dS K`` and adds it to an fp32 dQ buffer with relaxed atomics: 5 matmuls per tile, but
-     on the H200 the atomics cost more than the recomputation they save (docs/perf.md).
-     On sm_90, where the Gluon dK/dV kernel covers the call, it runs the one pass with dQ
-     leaving through TMA reductions (:mod:`.bwd_hopper`).
+   - *one pass*: the dK/dV program also computes each tile's ``dS K`` and adds it to an fp32
+     dQ buffer: 5 matmuls per tile. In this kernel the adds are relaxed per-thread atomics,
+     which on the H200 cost more than the recomputation they save (docs/perf.md); the Gluon
+     dK/dV kernel on sm_90 adds whole tiles by TMA reductions (:mod:`.bwd_hopper`) and is
+     ahead there. So by default (:func:`dq_mode` ``auto``) one pass runs where the Gluon
+     kernel covers the call and :func:`.bwd_hopper.one_pass` measured it ahead, two passes
+     elsewhere.
 
    dK and dV never use atomics: bitwise reproducible either way.
 
@@ -499,20 +501,24 @@ def _dummy(device: torch.device) -> torch.Tensor:
 
 
 def dq_mode(deterministic: bool = False) -> str:
-    """``"two-pass"`` (default; bitwise reproducible dQ) or ``"atomic"`` (one pass, dQ summed
-    with atomic adds). ``FLASHTILE_BWD_DQ=atomic|two-pass`` chooses; ``deterministic=True``
-    always takes two passes. On the H200 two passes win from 4k tokens per sequence on (the
-    atomics cost more than the recomputation they save); one pass wins only for short causal
-    sequences (docs/perf.md, bwd sweep)."""
+    """``"auto"`` (default: one pass where the Gluon dK/dV kernel runs the call and measured
+    ahead with it, :func:`.bwd_hopper.one_pass`; two passes elsewhere), ``"atomic"`` (one
+    pass wherever the backward runs) or ``"two-pass"``. ``FLASHTILE_BWD_DQ`` chooses;
+    ``deterministic=True`` always takes two passes (a one-pass dQ is summed in arrival order,
+    so its last bits may differ between runs)."""
     if deterministic:
         return "two-pass"
-    choice = getenv("FLASHTILE_BWD_DQ", "two-pass")
-    if choice not in ("atomic", "two-pass"):
-        raise ValueError(f"FLASHTILE_BWD_DQ must be 'atomic' or 'two-pass', got {choice!r}")
+    choice = getenv("FLASHTILE_BWD_DQ", "auto") or "auto"
+    if choice not in ("auto", "atomic", "two-pass"):
+        raise ValueError(f"FLASHTILE_BWD_DQ must be 'auto', 'atomic' or 'two-pass', got "
+                         f"{choice!r}")
     return choice
 
 
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
+
+# How the last backward computed dQ ("atomic": one pass, or "two-pass"; read by the ledger)
+last_dq_pass = "two-pass"
 
 
 def _gluon_kernel(module: str, dout, q, k, v, params):
@@ -533,36 +539,42 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     (:func:`flashtile.kernels.plans.call_key`, two-pass dQ): only the gradients and the
     ``D`` rows are allocated.
     """
+    global last_dq_pass
     varlen = params.cu_seqlens_q is not None
     if dout.stride(-1) != 1:
         dout = dout.contiguous()
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
-    atomic = dq_mode(params.deterministic) == "atomic"
-    # (one-pass dQ zeroes and copies its accumulator with torch ops: not planned)
-    key = None if need_bias_grad or atomic else plans.call_key(q, k, v, params)
+    mode = dq_mode(params.deterministic)
+    key = None if need_bias_grad else plans.call_key(q, k, v, params)
     if key is not None:                          # (tensors as the kernels see them)
-        # (with the Gluon kernels' switches and configs: which of them run is then a function
-        # of the key, and their launches are steps of the plan like any other)
-        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse),
+        # (with the Gluon kernels' switches and configs, and the dQ mode: which kernels run
+        # and how is then a function of the key, and their launches are steps of the plan
+        # like any other)
+        key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), mode,
                gluon_settings(q.device, ("bwd_hopper", "dq_hopper")))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
         if plan is not None:
+            last_dq_pass = "atomic" if plan.copies else "two-pass"   # (one pass ends copying)
             grads = plan.replay(inputs, q.device)
             return tuple(g[0].detach() for g in grads) if varlen else grads
         record = plans.Recorder()
     else:
         record = None
-    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, or from
-    # the opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1)
-    # (one pass, FLASHTILE_BWD_DQ=atomic: the Gluon dK/dV kernel adds dQ in the same pass,
-    # through TMA reductions)
+    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, from the
+    # opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1), or added by the Gluon dK/dV kernel in
+    # the same pass (one pass, through TMA reductions)
     dense = not (varlen or need_bias_grad)
     hopper = _gluon_kernel("bwd_hopper", dout, q, k, v, params) if dense else None
+    if mode == "auto":
+        atomic = hopper is not None and hopper.call_one_pass(q, k, params) != "two-pass"
+    else:
+        atomic = mode == "atomic"
     hopper_dq = (_gluon_kernel("dq_hopper", dout, q, k, v, params) if dense and not atomic
                  else None)
+    last_dq_pass = "atomic" if atomic else "two-pass"
     # varlen: the gradients (total, h, d) alias the kernels' (1, total, h, d) buffers
     # (detached, as the forward's output)
     dq4 = alloc(q.shape, q.dtype, q.device)
@@ -606,9 +618,11 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                             device=q.device)
     dbias_arg = dbias if dbias is not None else lse
     dbias_strides = dbias.stride()[:3] if dbias is not None else (0, 0, 0)
-    # One-pass mode adds dQ into an fp32 buffer (zeros: it is an accumulator).
+    # One-pass mode adds dQ into an fp32 buffer (zeros: it is an accumulator; the Gluon
+    # kernel's is shaped for its TMA blocks, the same bytes).
     # (Two-pass mode passes a one-element dummy: the autotuner zeroes DQ_ACC between timings.)
-    dq_acc = (torch.zeros(dq4.shape, dtype=torch.float32, device=q.device) if atomic
+    dq_acc = (torch.zeros(hopper.dq_acc_shape(q) if hopper is not None else dq4.shape,
+                          dtype=torch.float32, device=q.device) if atomic
               else _dummy(q.device))
     dq_acc_strides = strides(dq_acc, varlen) if atomic else (0, 0, 0)
 
@@ -631,7 +645,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1],
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     if atomic:
-        dq4.copy_(dq_acc)                        # already scaled; fp32 -> q's dtype
+        dq4.copy_(dq_acc.view(dq4.shape))        # already scaled; fp32 -> q's dtype
     elif hopper_dq is not None:
         hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params, record)
     else:
@@ -641,9 +655,11 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
     if record is not None:
-        _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum},
-                                    ("dq", "dk", "dv", "dsum"), ("dq", "dk", "dv"),
-                                    plans.CALL_VALUES))
+        buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
+        _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,
+                                     "dq_acc": dq_acc}, buffers, ("dq", "dk", "dv"),
+                                    plans.CALL_VALUES, zeros=("dq_acc",),
+                                    copies=(("dq", "dq_acc"),) if atomic else ()))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

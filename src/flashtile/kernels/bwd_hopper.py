@@ -29,19 +29,22 @@ Each consumer issues the next tile's S^T and dP^T right after this tile's dV and
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
 instructions touch an accumulator still in flight.
 
-dQ stays with the tile-level dQ kernel, and ``D = rowsum(dO * O)`` with the preprocess kernel,
-except in one pass (``FLASHTILE_BWD_DQ=atomic``; branch ``gluon-bwd-tma-dq``, not yet run on a
-GPU): both consumers store dS^T to shared tiles, each computes its part of the tile's
+dQ comes from a second pass (the tile-level dQ kernel) and ``D = rowsum(dO * O)`` from the
+preprocess kernel, except in one pass (:func:`one_pass`, the default where it measured
+ahead; ``FLASHTILE_BWD_DQ=atomic`` forces it, ``two-pass`` or ``deterministic=True`` avoids
+it): both consumers store dS^T to shared tiles, each computes its part of the tile's
 ``dQ^T = K^T dS^T`` summed over both consumers' keys (at d=128 half of the head dim, at d=64
 half of the queries: 64 x 32 fp32, 16 registers), and the part leaves through shared memory
 as a TMA reduction (``cp.reduce.async.bulk.tensor.add``, summed in the L2) into an fp32
 accumulator: 5 tile products instead of the two passes' 7, and 17 GB of fp32 adds at d=128,
-16k, 16 heads. Session 13 measured per-thread ``red.global.add.f32`` tiles at 1.5 TB/s (the
-previous one-pass branch, 30-43% slower at d=128); this is FlashAttention-3's path for dQ.
-Offline: no spills at d=64 (12 waits, 96 HGMMA); 88-116 B at d=128 (item-level scalars).
+16k, 16 heads. Per-thread ``red.global.add.f32`` tiles ran at 1.5 TB/s (session 13; that
+one-pass kernel was 30-43% slower at d=128); FlashAttention-3 takes the TMA path for dQ.
+Session 14 (forward+backward against two passes, same runs): d=64 +4% to +9%, d=128 +2% to
++10% except at 16k unmasked (-1%) and causal 1k (see :func:`one_pass`). Offline: no spills
+at d=64 (12 waits, 96 HGMMA); 88-116 B at d=128 (item-level scalars).
 The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
-multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable ``dout``
-and the two-pass dQ mode. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
+multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable
+``dout``. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
 in the same runs as cuDNN it lifted forward+backward from 0.73x to 0.80x cuDNN (geomean of
 d 64/128 x 1k/4k/16k x causal; docs/perf.md, session 10).
 """
@@ -447,14 +450,51 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)
 
 
-def dq_late() -> bool:
-    """One pass: whether a tile's dQ part leaves under the next tile's products
-    (``FLASHTILE_GLUON_BWD_DQ_LATE=1``; default ``0``: right after its own products, which
-    spills less: d=64 0 B against 8-32 B, d=128 88-116 B against 204-280 B)."""
-    value = getenv("FLASHTILE_GLUON_BWD_DQ_LATE", "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"FLASHTILE_GLUON_BWD_DQ_LATE must be 0 or 1, got {value!r}")
+def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
+    """Where this kernel's one pass (dQ added by TMA reductions in the dK/dV pass) measured
+    ahead of two passes with ``deterministic=False`` (the default): ``"early"`` (a tile's dQ
+    part leaves right after its own products), ``"late"`` (under the next tile's products) or
+    ``"two-pass"``. ``n_ntiles``: work items per KV head (128 keys each).
+
+    Measured (session 14, H200, bf16, forward+backward, two calls, 1k/4k/16k, against two
+    passes): ahead at every unmasked point (d=64 +4% to +9%, d=128 +5% to +8% at 1k/4k, -1%
+    at 16k) and causal from 4k on (d=64 +5% to +6%, d=128 +2% to +10%). Causal with at most
+    8 items per head (1k): at d=64 the early variant swung from -20% to +9% between the two
+    calls and the late one gained +7% and +8%; at d=128 both lost (early 0% and -15%, late
+    -7%)."""
+    if causal and n_ntiles <= 8:
+        return "late" if d <= 64 else "two-pass"
+    return "early"
+
+
+def dq_late(d: int, causal: bool, n_ntiles: int) -> bool:
+    """One pass: whether a tile's dQ part leaves under the next tile's products (which spills
+    more: d=64 8-32 B against 0 B, d=128 204-280 B against 88-116 B).
+    ``FLASHTILE_GLUON_BWD_DQ_LATE=1``/``=0`` forces it; unset or ``auto``: :func:`one_pass`."""
+    value = getenv("FLASHTILE_GLUON_BWD_DQ_LATE", "auto")
+    if value not in ("0", "1", "auto"):
+        raise ValueError(f"FLASHTILE_GLUON_BWD_DQ_LATE must be 0, 1 or auto, got {value!r}")
+    if value == "auto":
+        return one_pass(d, causal, n_ntiles) == "late"
     return value == "1"
+
+
+def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
+    """The one pass's float32 dQ accumulator for q ``(b, sq, hq, d)``: ``(b, sq, hq * d / 64,
+    64)``, so that its TMA blocks are one consumer's dQ part (queries x 64 of the head dim);
+    the same bytes as q's shape, read back through a view."""
+    b, sq, hq, d = q.shape
+    return b, sq, hq * d // 64, 64
+
+
+def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
+    """Work items per KV head (``2 * BLOCK_N`` keys each) for q and k ``(b, s, h, d)``."""
+    return k.shape[1] // (2 * config(q.shape[3])[0])
+
+
+def call_one_pass(q: torch.Tensor, k: torch.Tensor, params) -> str:
+    """:func:`one_pass` for a call this kernel covers."""
+    return one_pass(q.shape[3], fwd_hopper.causal(params), work_tiles(q, k))
 
 
 def persistent_ahead(d: int) -> bool:
@@ -470,17 +510,20 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
     (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
     plan's recorder (:func:`.plans.gluon_launch`). With ``dq_acc`` (float32, contiguous, shaped
-    like q, zeros) the same pass adds ``softmax_scale * dS K`` into it (one pass)."""
+    :func:`dq_acc_shape`, zeros) the same pass adds ``softmax_scale * dS K`` into it (one
+    pass)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = config(d)
-    n_ntiles = sk // (2 * block_n)
+    n_ntiles = work_tiles(q, k)
     n_work = n_ntiles * b * hkv
-    # one pass: the accumulator read as (b, sq, hq * d / 64, 64), so that its TMA blocks are
-    # one consumer's dQ part (Q_PART queries x 64 of the head dim); two passes: a stand-in
-    dq_tile = ((dq_acc.view(b, sq, hq * d // 64, 64), block_m // 2 if d == 64 else block_m)
-               if dq_acc is not None else (dk, block_n))
+    causal = fwd_hopper.causal(params)
+    late = dq_acc is not None and dq_late(d, causal, n_ntiles)
+    # one pass: a TMA block of the accumulator is one consumer's dQ part (at d=64 half the
+    # queries); two passes: a stand-in
+    dq_tile = ((dq_acc, block_m // 2 if d == 64 else block_m) if dq_acc is not None
+               else (dk, block_n))
     plans.gluon_launch(
         record, _dkdv_hopper_kernel,
         (fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
@@ -491,8 +534,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
          hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4,
+             CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(d, n_ntiles, "FLASHTILE_GLUON_BWD_GROUP")
-             if fwd_hopper.causal(params) else 1, ONE_PASS=dq_acc is not None,
-             DQ_LATE=dq_acc is not None and dq_late()),
-        fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s")
+             if causal else 1, ONE_PASS=dq_acc is not None,
+             DQ_LATE=late),
+        fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
+        + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

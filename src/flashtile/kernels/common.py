@@ -86,12 +86,12 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
 
 
-# Further variables a Gluon kernel's launch reads (for plan keys): the grids and the causal
-# orders.
+# Further variables a Gluon kernel's launch reads (for plan keys): the grids, the causal
+# orders and the one-pass dQ's schedule.
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
-                                "FLASHTILE_GLUON_BWD_GROUP")}
+                                "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE")}
 
 
 def gluon_switch(module: str) -> str:

@@ -28,14 +28,15 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
   order; -2% to -8% at causal 8k/16k before). ``FLASHTILE_GLUON_FWD_PERSISTENT=0`` launches
   one program per item.
 
-Wider key tiles at d=128 (branch ``gluon-fwd-wide-split``, not yet measured): 128 keys x 2
-slots compiles clean (14 waits for 96 HGMMA, no spills) but needs 256 KB with O apart; with O
-staged in each consumer's second P buffer (:func:`o_in_p`) it takes 224 KB. Session 9's
-finding that 64 keys beat 128 predates the asynchronous wgmma (every wgmma was serialised
-then), so it is open again: ``FLASHTILE_GLUON_FWD_CONFIG=64,128,2,240``. With one "empty"
-barrier per slot two slots hung (session 13: the consumer issues S_{j+2} before it frees
-slot j, whose V_j its P_j V_j still reads), so K and V are freed apart: K_j once S_j is
-done, V_j once P_j V_j is (:func:`_load_kv_ring`).
+Wider key tiles at d=128: 128 keys x 2 slots (14 waits for 96 HGMMA, no spills) needs
+256 KB with O apart; with O staged in each consumer's second P buffer (:func:`o_in_p`) it
+takes 224 KB. With one "empty" barrier per slot two slots hung (session 13: the consumer
+issues S_{j+2} before it frees slot j, whose V_j its P_j V_j still reads), so K and V are
+freed apart: K_j once S_j is done, V_j once P_j V_j is (:func:`_load_kv_ring`). Half the
+softmax steps per key: against 64 keys x 4 slots (session 14, same run) +11%/+21%/+8% at
+d=128 unmasked 1k/4k/16k (619 TFLOP/s at 4k, 1.03x cuDNN), +1%/+7.5%/+7% causal, so it is
+d=128's default (:data:`_CONFIGS`); at d=64 it measured -4.5% to +1%. Session 9's contrary
+finding had every wgmma serialised.
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -83,10 +84,14 @@ from .common import GLUON_SWITCHES, getenv, gluon_switch, gluon_switch_on, is_sm
 LOG2E = 1.4426950408889634
 
 # (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers)
-# (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%; d=64 at
-# 128 keys x 4 slots beat 64 keys by 9-10%)
+# (measured, session 9: d=128 at 64 keys x 4 slots beat 128 keys x 2 slots by 9-14%, but every
+# wgmma was serialised then; session 14, with K and V freed apart: 128 keys x 2 slots +8% to
+# +21% unmasked and +1% to +7.5% causal at 1k/4k/16k; d=64 at 128 keys x 4 slots beat 64
+# keys by 9-10%)
 # (session 11 again: at d=64, 64 keys x 4 or 6 slots 15-25% slower, 128 x 3 slots 5-10%)
-_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 64, 4, 240)}
+_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
+# d=128 with key lengths that are multiples of 64 but not of 128: 64 keys x 4 slots
+_NARROW = {128: (64, 64, 4, 240)}
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
 AHEAD = frozenset({(64, False), (128, False), (128, True)})
 
@@ -471,11 +476,15 @@ def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
     return tuple(int(x) for x in text.split(",")) if text else configs[d]
 
 
-def config(d: int) -> tuple[int, int, int, int]:
-    """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d;
+def config(d: int, seqlen_k: int = 0) -> tuple[int, int, int, int]:
+    """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d and
+    ``seqlen_k`` keys (:data:`_NARROW` tiles where the wide ones do not divide it);
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps; the
     schedule holds two K tiles at once, so at least 2 slots)."""
-    rows, keys, stages, regs = env_config("fwd_hopper", _CONFIGS, d)
+    configs = _CONFIGS
+    if d in _NARROW and seqlen_k % _CONFIGS[d][1]:
+        configs = {**_CONFIGS, d: _NARROW[d]}
+    rows, keys, stages, regs = env_config("fwd_hopper", configs, d)
     if stages < 2:
         raise ValueError(f"FLASHTILE_GLUON_FWD_CONFIG: the Gluon forward needs at least 2 ring "
                          f"slots (it holds K_j and K_(j+1)), got {stages}")
@@ -558,7 +567,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
         return False
     if switch == "auto" and (q.shape[3], causal(params)) not in AHEAD:
         return False
-    rows, keys = config(q.shape[3])[:2]
+    rows, keys = config(q.shape[3], k.shape[1])[:2]
     return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
 
 
@@ -614,7 +623,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     :func:`.bwd_hopper.dkdv`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    block_m, block_n, stages, regs = config(d)
+    block_m, block_n, stages, regs = config(d, sk)
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
     plans.gluon_launch(

@@ -7,7 +7,8 @@ and 3-5x that on the H200's host. Training and serving loops repeat the same cal
 
 - each launch's compiled kernel, grid and full argument list (every kernel parameter in order,
   as Triton's launcher takes them), with the call's tensors blanked out and their names kept;
-- the shapes and dtypes of the buffers the call allocates (outputs, scratch);
+- the shapes and dtypes of the buffers the call allocates (outputs, scratch; accumulators
+  zeroed), and the copies it ends with (a one-pass dQ's fp32 sum into dQ);
 
 and a later call with the same key allocates its buffers and relaunches the recorded kernels
 with its own tensors: no argument building, no binding, no autotuner lookup.
@@ -159,20 +160,26 @@ class _Launch:
 
 class Plan:
     """A call signature's launches (:class:`_Launch`, :class:`_GluonLaunch`), the buffers each
-    call allocates and the outputs it returns (by name)."""
+    call allocates, the copies it ends with and the outputs it returns (by name)."""
 
-    def __init__(self, launches: list, buffers: list[tuple], outputs: tuple[str, ...]):
+    def __init__(self, launches: list, buffers: list[tuple], outputs: tuple[str, ...],
+                 copies: tuple = ()):
         self.launches, self.buffers, self.outputs = launches, buffers, outputs
+        self.copies = copies
 
     def replay(self, tensors: dict, device: torch.device) -> tuple:
-        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
-        ``tensors`` (the call's inputs by name) and relaunch; returns the outputs."""
+        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests; accumulators
+        zeroed), add them to ``tensors`` (the call's inputs by name), relaunch, then copy
+        (``dst.copy_(src)`` read in dst's shape); returns the outputs."""
         tensors = dict(tensors)
-        for name, shape, dtype in self.buffers:
-            tensors[name] = alloc(shape, dtype, device)
+        for name, shape, dtype, zero in self.buffers:
+            tensors[name] = (torch.zeros(shape, dtype=dtype, device=device) if zero
+                             else alloc(shape, dtype, device))
         stream = driver.active.get_current_stream(driver.active.get_current_device())
         for launch in self.launches:
             launch(tensors, stream)
+        for dst, src in self.copies:
+            tensors[dst].copy_(tensors[src].view(tensors[dst].shape))
         return tuple(tensors[name] for name in self.outputs)
 
 
@@ -201,10 +208,13 @@ class Recorder:
                          label))
 
     def plan(self, tensors: dict, buffers: tuple[str, ...], outputs: tuple[str, ...],
-             scalars: dict | None = None):
+             scalars: dict | None = None, zeros: tuple[str, ...] = (),
+             copies: tuple[tuple[str, str], ...] = ()):
         """The plan, or None when a launch passed a tensor missing from ``tensors`` (the call's
         inputs and ``buffers``, by name; stand-ins may appear under several names).
-        ``scalars``: kernel parameter -> name of the call's value that replays pass there."""
+        ``scalars``: kernel parameter -> name of the call's value that replays pass there;
+        ``zeros``: the buffers that start as zeros (accumulators); ``copies``: (dst, src)
+        names, copied after the launches as the call did."""
         # (a buffer's name wins over an input that is a stand-in for it: buffers are what a
         # replay allocates)
         names = {id(t): name for name, t in tensors.items()
@@ -216,7 +226,8 @@ class Recorder:
             return None
         finally:
             self.raw.clear()
-        return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype) for n in buffers], outputs)
+        return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype, n in zeros)
+                               for n in buffers], outputs, copies)
 
 
 def launch(record: Recorder | None, launcher, grid, args: tuple, kwargs: dict) -> None:

@@ -222,7 +222,7 @@ def autotuned_tiles(base: Optional[TileConfig] = None) -> Optional[TileConfig]:
         except (KeyError, TypeError, ValueError):
             continue
     if changes and bwd is not None:
-        changes["backward"] = bwd.dq_mode()
+        changes["backward"] = bwd.last_dq_pass
     return (base or TileConfig()).with_(**changes) if changes else None
 
 
