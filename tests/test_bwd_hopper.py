@@ -135,11 +135,12 @@ def test_dq_late_switch(monkeypatch):
 
 @pytest.mark.parametrize("d,causal,n_ntiles,expected", [
     (64, False, 4, "early"), (128, False, 8, "early"), (128, False, 128, "early"),
-    (64, True, 8, "late"), (64, True, 9, "early"), (128, True, 8, "two-pass"),
-    (128, True, 32, "early")])
+    (64, True, 8, "late"), (64, True, 5, "late"), (64, True, 4, "two-pass"),
+    (64, True, 9, "early"), (128, True, 8, "two-pass"), (128, True, 32, "early")])
 def test_one_pass_rule(d, causal, n_ntiles, expected):
     """Where one pass measured ahead (session 14): everywhere but causal with at most 8 work
-    items per head, where d=64 takes the late reductions and d=128 two passes."""
+    items per head, where d=64 takes the late reductions (two passes with at most 4) and
+    d=128 two passes."""
     assert bwd_hopper.one_pass(d, causal, n_ntiles) == expected
 
 

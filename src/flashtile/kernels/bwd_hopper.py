@@ -461,9 +461,12 @@ def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
     at 16k) and causal from 4k on (d=64 +5% to +6%, d=128 +2% to +10%). Causal with at most
     8 items per head (1k): at d=64 the early variant swung from -20% to +9% between the two
     calls and the late one gained +7% and +8%; at d=128 both lost (early 0% and -15%, late
-    -7%)."""
+    -7%). Out of sample (session 14, 512/2k/8k, this rule against two passes): +6% to +9% at
+    2k/8k unmasked, +1% to +6% causal; at 512 (host-bound: the same code measured 15-20%
+    apart in two calls) d=64 causal's late pass lost in both calls (145 and 130 TFLOP/s
+    against 163), so at most 4 items per head takes two passes there."""
     if causal and n_ntiles <= 8:
-        return "late" if d <= 64 else "two-pass"
+        return "late" if d <= 64 and n_ntiles > 4 else "two-pass"
     return "early"
 
 
