@@ -536,8 +536,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     ``need_bias_grad`` also ``dbias`` shaped and typed like ``params.attn_bias``.
 
     A call whose signature was launched before replays its launch plan
-    (:func:`flashtile.kernels.plans.call_key`, two-pass dQ): only the gradients and the
-    ``D`` rows are allocated.
+    (:func:`flashtile.kernels.plans.call_key`): only the gradients, the ``D`` rows and, in one
+    pass, the zeroed dQ accumulator are allocated.
     """
     global last_dq_pass
     varlen = params.cu_seqlens_q is not None
