@@ -149,7 +149,7 @@ def inspect_gluon(args, dtype) -> int:
     if args.one_pass:
         bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
         bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=torch.zeros(q.shape))
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
     dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
@@ -219,8 +219,8 @@ def main() -> int:
                    help="compile the Gluon forward, dK/dV and dQ kernels instead; exit 1 on spills "
                         "or serialised wgmma")
     p.add_argument("--one-pass", action="store_true",
-                   help="with --gluon: also the one-pass dK/dV kernel that adds dQ "
-                        "(FLASHTILE_BWD_DQ=atomic)")
+                   help="with --gluon: also the one-pass dK/dV kernel that adds dQ (the "
+                        "default where bwd_hopper.one_pass measured it ahead)")
     p.add_argument("--dump", type=Path)
     args = p.parse_args()
 
