@@ -41,16 +41,22 @@ def test_inspect_kernels_compiles_for_hopper():
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal")])
 def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
-    """The Gluon kernels compiled for sm_90a (forward, dK/dV, dQ) neither spill nor get their
-    wgmmas serialised by ptxas (its C75xx warnings, at most one wait per 4 HGMMA): the
-    regression that cost the forward its overlap in sessions 9-10 (kernels/fwd_hopper.py)."""
-    out = _run("inspect_kernels.py", "--gluon", "--d", str(d), "--seqlen", "512",
-               *([mask] if mask == "--causal" else []))
+    """The Gluon kernels compiled for sm_90a (forward, dK/dV in two passes and in one, dQ)
+    do not get their wgmmas serialised by ptxas (its C75xx warnings, at most one wait per 4
+    HGMMA): the regression that cost the forward its overlap in sessions 9-10
+    (kernels/fwd_hopper.py). None spills, except the one-pass dK/dV kernel at d=128: 88 B of
+    item-level scalars (kernels/bwd_hopper.py), held under 128 B here."""
+    # (the script exits 1 on any spill: the one pass's allowance is checked below)
+    out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d), "--seqlen", "512",
+               *([mask] if mask == "--causal" else []), ok=(0, 1) if d == 128 else (0,))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
-    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dq"}, out
+    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dkdv+dq (one pass)",
+                          "gluon dq"}, out
     for name in lines:
         line = lines[name]
-        assert " 0 bytes spill stores" in line and "C75" not in line, line
+        spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
+        assert spill <= (128 if name.endswith("(one pass)") and d == 128 else 0), line
+        assert "C75" not in line, line
         sass, waits = out.split(line, 1)[1].splitlines()[1:4:2]
         assert "HGMMA 0," not in sass, sass
         n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", waits))
