@@ -410,6 +410,8 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
     else:           # (stand-ins, never touched)
         ds_smem, dq_smem, ds_ready, ds_free = k_smem, k_smem, kv_bar.index(0), kv_bar.index(0)
 
+    # (the two consumers' lists differ in HALF only, yet are spelled out: the Gluon front end
+    # passes the constexprs of a concatenated tuple on as tensors)
     gl.warp_specialize([
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
