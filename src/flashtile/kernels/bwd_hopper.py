@@ -461,7 +461,7 @@ def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
     Measured (session 14, H200, bf16, forward+backward, two calls, 1k/4k/16k, against two
     passes): ahead at every unmasked point (d=64 +4% to +9%, d=128 +5% to +8% at 1k/4k, -1%
     at 16k) and causal from 4k on (d=64 +5% to +6%, d=128 +2% to +10%). Causal with at most
-    8 items per head (1k): at d=64 the early variant swung from -20% to +9% between the two
+    8 items per head (1k): at d=64 the early variant swung from -20% to +10% between the two
     calls and the late one gained +7% and +8%; at d=128 both lost (early 0% and -15%, late
     -7%). Out of sample (session 14, 512/2k/8k, this rule against two passes): +6% to +9% at
     2k/8k unmasked, +1% to +6% causal; at 512 (host-bound: the same code measured 15-20%
