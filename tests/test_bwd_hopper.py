@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import (assert_replays_match, assert_within_budget, check_causal_groups,
+from utils import (FLOOR, assert_replays_match, assert_within_budget, check_causal_groups,
                    check_persistent, gluon_cases_over, gluon_launches, gluon_switched_on,
                    needs_hopper)
 
@@ -23,6 +23,22 @@ def gluon_calls(monkeypatch):
     """Turns the Gluon dK/dV kernel on (as by default) and counts its launches (the real one
     runs)."""
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
+
+
+def reference_grads(q, k, v, dout, params=None):
+    """(dq, dk, dv) of :func:`attention_reference` in float64 and in q's dtype."""
+    def grads(dt):
+        ins = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
+        out = attention_reference(*ins, params, dtype=dt)[0]
+        return torch.autograd.grad(out, ins, dout.to(dt))
+    return grads(torch.float64), grads(q.dtype)
+
+
+def assert_grads_within(label: str, grads, ref, same) -> None:
+    """Each of (dq, dk, dv) within budget of the references (:func:`reference_grads`; floors
+    as in ``test_kernels.check``)."""
+    for name, g, r, s in zip(("dq", "dk", "dv"), grads, ref, same):
+        assert_within_budget(name + label, g, r, s, FLOOR[g.dtype] * (4 if name != "dv" else 1))
 
 
 @pytest.mark.parametrize("module", ["bwd_hopper", "dq_hopper"])
@@ -187,17 +203,14 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
 
     params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
 
-    def grads(dt, kernel=False):
-        ins = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
-        if kernel:
-            out = flash_attn_func(*ins, causal=causal, deterministic=deterministic)
-        else:
-            out = attention_reference(*ins, params, dtype=dt)[0]
-        return torch.autograd.grad(out, ins, dout.to(dt))
+    def kernel_grads():
+        ins = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = flash_attn_func(*ins, causal=causal, deterministic=deterministic)
+        return torch.autograd.grad(out, ins, dout)
 
-    ref, same = grads(torch.float64), grads(torch.bfloat16)
+    ref, same = reference_grads(q, k, v, dout, params)
     plans_before = len(bwd._PLANS)
-    first = grads(torch.bfloat16, kernel=True)
+    first = kernel_grads()
     labels = [meta for role, _, meta in launches if role == "dkdv"]
     assert len(gluon_calls) == 1 and len(labels) == 1
     assert labels[0]["ONE_PASS"] == (expected is not None), labels[0]
@@ -205,12 +218,11 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     assert plans.gluon_configs["dkdv"].endswith(expected or "s"), plans.gluon_configs
     assert bwd.last_dq_pass == ("two-pass" if expected is None else "atomic")
     assert len(bwd._PLANS) == plans_before + 1, "the first call should have recorded a plan"
-    replayed = grads(torch.bfloat16, kernel=True)
+    replayed = kernel_grads()
     assert len(gluon_calls) == 1, "the second call should have replayed the plan"
-    for name, r, s_, a, b_ in zip(("dq", "dk", "dv"), ref, same, first, replayed):
-        floor = 8e-3 * (4 if name != "dv" else 1)
-        assert_within_budget(name, a, r, s_, floor)
-        assert_within_budget(name + " (replayed)", b_, r, s_, floor)
+    assert_grads_within("", first, ref, same)
+    assert_grads_within(" (replayed)", replayed, ref, same)
+    for name, a, b_ in zip(("dq", "dk", "dv"), first, replayed):
         if expected is None or name != "dq":
             assert torch.equal(a, b_), f"{name}: a replay should equal the first call"
 
@@ -272,22 +284,17 @@ def test_strided_dout_falls_back(gluon_calls):
                for _ in range(3))
     dout = torch.randn(1, 2, 512, 64, dtype=torch.bfloat16, device="cuda").transpose(1, 2)
 
-    def grads(dt, kernel_dout=None):
-        ins = [t.detach().to(dt).requires_grad_() for t in (q, k, v)]
-        if kernel_dout is None:
-            out = attention_reference(*ins, dtype=dt)[0]
-            return torch.autograd.grad(out, ins, dout.to(dt))
+    def kernel_grads(kernel_dout):
+        ins = [t.detach().requires_grad_() for t in (q, k, v)]
         return torch.autograd.grad(flash_attn_func(*ins), ins, kernel_dout)
 
-    ref, same = grads(torch.float64), grads(torch.bfloat16)
-    strided = grads(torch.bfloat16, dout)
+    ref, same = reference_grads(q, k, v, dout)
+    strided = kernel_grads(dout)
     assert gluon_calls == []
-    contiguous = grads(torch.bfloat16, dout.contiguous())
+    contiguous = kernel_grads(dout.contiguous())
     assert len(gluon_calls) == 1
-    for name, r, s_, a, b in zip(("dq", "dk", "dv"), ref, same, strided, contiguous):
-        floor = 8e-3 * (4 if name != "dv" else 1)
-        assert_within_budget(name + " (strided dout)", a, r, s_, floor)
-        assert_within_budget(name + " (contiguous dout)", b, r, s_, floor)
+    assert_grads_within(" (strided dout)", strided, ref, same)
+    assert_grads_within(" (contiguous dout)", contiguous, ref, same)
 
 
 @pytest.mark.gpu

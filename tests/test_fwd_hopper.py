@@ -230,7 +230,7 @@ def test_narrow_tiles_run(gluon_calls, monkeypatch):
 def test_one_slot_is_refused(monkeypatch):
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,1,240")
     with pytest.raises(ValueError, match="at least 2 ring slots"):
-        fwd_hopper.config(128)
+        fwd_hopper.config(128, 1024)
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 128)])

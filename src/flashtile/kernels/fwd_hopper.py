@@ -476,7 +476,7 @@ def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
     return tuple(int(x) for x in text.split(",")) if text else configs[d]
 
 
-def config(d: int, seqlen_k: int = 0) -> tuple[int, int, int, int]:
+def config(d: int, seqlen_k: int) -> tuple[int, int, int, int]:
     """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d and
     ``seqlen_k`` keys (:data:`_NARROW` tiles where the wide ones do not divide it);
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps; the
