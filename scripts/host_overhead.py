@@ -326,8 +326,9 @@ def check_dense_plans(launches, seen) -> int:
     ok = len(fwd._PLANS) == before
     failures += not ok
     print(f"plans fwd+bwd, a tensor the call did not name: {'not planned' if ok else 'PLANNED'}")
-    # One pass: its plan allocates a zeroed accumulator and ends with dQ's copy (torch ops,
-    # no launches): forward, preprocess, dK/dV (adding dQ), on a new signature (softcap 5).
+    # One pass: its plan allocates the accumulator (zeroed by the preprocess) and ends with
+    # dQ's copy (a torch op, no launch): forward, preprocess, dK/dV (adding dQ), on a new
+    # signature (softcap 5).
     os.environ["FLASHTILE_BWD_DQ"] = "atomic"
     one_pass = [make(*inputs("plain")[:4], {**kw, "softcap": 5.0}) for _ in range(2)]
     failures += _planned_like_full(launches, one_pass, "plans fwd+bwd, one-pass dQ",

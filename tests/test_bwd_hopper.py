@@ -188,8 +188,8 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
     says so (no dQ kernel runs then), with the late reductions at d=64 causal 1k;
     ``deterministic=True`` and d=128 causal 1k run two passes. Gradients within budget; the
-    second call of each signature replays its launch plan (zeroed accumulator and the final
-    copy included) and gives the same gradients bit for bit only in two passes (one pass sums
+    second call of each signature replays its launch plan (the accumulator zeroed by the
+    preprocess and the final copy included) and gives the same gradients bit for bit only in two passes (one pass sums
     in arrival order), within budget either way."""
     from flashtile.kernels import bwd, plans
     monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)

@@ -31,6 +31,25 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_varlen_matches_per_sequence_reference(backend, case):
+    check_case(case)
+
+
+@pytest.mark.parametrize("case", ["causal", "empty-seqs", "dropout"])
+def test_varlen_one_pass_dq(monkeypatch, case):
+    """dQ added in the dK/dV pass (``FLASHTILE_BWD_DQ=atomic``) into the fp32 accumulator that
+    the preprocess kernel zeroes, row by row of each packed sequence (buffers are NaN-poisoned
+    under the tests: a row it missed would show)."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    flashtile.set_backend("triton")
+    try:
+        check_case(case)
+    finally:
+        flashtile.set_backend(None)
+
+
+def check_case(case):
+    """One of :data:`CASES`, forward and backward, against the float64 reference run on each
+    sequence alone (and the same reference in the inputs' dtype for the error budget)."""
     c = CASES[case]
     hq, hkv, d = 4, 2, 16
     cu_q, cu_k = _cu(c["lq"]), _cu(c["lk"])

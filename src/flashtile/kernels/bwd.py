@@ -49,10 +49,16 @@ from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, allo
                      next_tile_start, varlen_args, varlen_sequence, window_args)
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h"])
-def _bwd_preprocess(O, DO, Dsum, CU_Q, stride_ob, stride_os, stride_oh, stride_dob, stride_dos,
-                    stride_doh, stride_lse_b, stride_lse_h, nheads, seqlen_q, head_dv,
-                    BLOCK_M: tl.constexpr, HEAD_DV: tl.constexpr, IS_VARLEN: tl.constexpr):
+@triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",
+                               "head_d"])
+def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, stride_dob,
+                    stride_dos, stride_doh, stride_lse_b, stride_lse_h, stride_dqb, stride_dqs,
+                    stride_dqh, nheads, seqlen_q, head_dv, head_d, BLOCK_M: tl.constexpr,
+                    HEAD_DV: tl.constexpr, HEAD_D: tl.constexpr, IS_VARLEN: tl.constexpr,
+                    ZERO_DQ: tl.constexpr):
+    """``D = rowsum(dO * O)`` for BLOCK_M query rows of one (batch, head); with ``ZERO_DQ``
+    also the same rows of the one pass's fp32 dQ accumulator set to zeros (one launch less
+    than a separate fill)."""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
     bh = pid // n_mblocks
@@ -72,6 +78,11 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, stride_ob, stride_os, stride_oh, stride_d
                  + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
     tl.store(Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m,
              tl.sum(o * do, 1), mask=offs_m < seqlen_q)
+    if ZERO_DQ:
+        offs_d = tl.arange(0, HEAD_D)
+        tl.store(DQ_ACC + off_b * stride_dqb + off_h * stride_dqh + rows * stride_dqs
+                 + offs_d[None, :], tl.zeros([BLOCK_M, HEAD_D], tl.float32),
+                 mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
 
 
 @triton.jit
@@ -537,7 +548,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
 
     A call whose signature was launched before replays its launch plan
     (:func:`flashtile.kernels.plans.call_key`): only the gradients, the ``D`` rows and, in one
-    pass, the zeroed dQ accumulator are allocated.
+    pass, the dQ accumulator (zeroed by the preprocess kernel) are allocated.
     """
     global last_dq_pass
     varlen = params.cu_seqlens_q is not None
@@ -592,11 +603,18 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     lay = varlen_args(params, batch, nheads, seqlen_q, seqlen_k, lse)
 
     dsum = alloc(lse.shape, torch.float32, q.device)
+    # One-pass mode adds dQ into an fp32 buffer (an accumulator: the preprocess zeroes it; the
+    # Gluon kernel's is shaped for its TMA blocks, the same bytes as dq4's shape).
+    # (Two-pass mode passes a one-element dummy: the autotuner zeroes DQ_ACC between timings.)
+    dq_acc = (alloc(hopper.dq_acc_shape(q) if hopper is not None else dq4.shape,
+                    torch.float32, q.device) if atomic else _dummy(q.device))
+    dq_acc_strides = strides(dq_acc.view(dq4.shape), varlen) if atomic else (0, 0, 0)
     block_pre = 16 if interpreting() else 64
     plans.launch(record, _bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
-        out, dout, dsum, lay["CU_Q"], *strides(out, varlen), *strides(dout, varlen),
-        lay["stride_lse_b"], lay["stride_lse_h"], nheads, seqlen_q, head_dv),
-        dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, IS_VARLEN=varlen))
+        out, dout, dsum, lay["CU_Q"], dq_acc, *strides(out, varlen), *strides(dout, varlen),
+        lay["stride_lse_b"], lay["stride_lse_h"], *dq_acc_strides, nheads, seqlen_q, head_dv,
+        head_d), dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, HEAD_D=HEAD_D, IS_VARLEN=varlen,
+                      ZERO_DQ=atomic))
 
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
@@ -618,13 +636,6 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
                             device=q.device)
     dbias_arg = dbias if dbias is not None else lse
     dbias_strides = dbias.stride()[:3] if dbias is not None else (0, 0, 0)
-    # One-pass mode adds dQ into an fp32 buffer (zeros: it is an accumulator; the Gluon
-    # kernel's is shaped for its TMA blocks, the same bytes).
-    # (Two-pass mode passes a one-element dummy: the autotuner zeroes DQ_ACC between timings.)
-    dq_acc = (torch.zeros(hopper.dq_acc_shape(q) if hopper is not None else dq4.shape,
-                          dtype=torch.float32, device=q.device) if atomic
-              else _dummy(q.device))
-    dq_acc_strides = strides(dq_acc, varlen) if atomic else (0, 0, 0)
 
     def dkdv_grid(meta):
         return (cdiv(seqlen_k, meta["BLOCK_N"]) * batch * nheads_kv,)
@@ -658,7 +669,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,
                                      "dq_acc": dq_acc}, buffers, ("dq", "dk", "dv"),
-                                    plans.CALL_VALUES, zeros=("dq_acc",),
+                                    plans.CALL_VALUES,
                                     copies=(("dq", "dq_acc"),) if atomic else ()))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)

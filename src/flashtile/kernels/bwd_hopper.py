@@ -18,11 +18,13 @@ cannot give more registers to the warps that do the math. This kernel can:
 - **GQA**: a CTA walks the query tiles of every query head of its KV head, so dK and dV are
   summed in registers and written once;
 - **work items**: a program takes items ``program_id``, ``+ num_programs``, ... (128 keys of
-  one KV head each) through one (Q, dO) ring; each consumer's K and V alternate between two
-  buffers, so the next item's load runs during the current one and its dK/dV stores leave
-  without a wait. By default (:func:`persistent_ahead`) the grid is one program per SM at
-  d=64 (forward+backward +9% to +29% at 512, -1% to +7% at 1k-16k) and one per item at
-  d=128 (where one per SM measured up to 8.5% behind; session 12).
+  one KV head each) through one (Q, dO) ring; in a persistent grid each consumer's K and V
+  alternate between two buffers, so the next item's load runs during the current one and its
+  dK/dV stores leave without a wait (one program per item: one buffer each, which measured
+  +0.6% to +7% forward+backward at d=128 2k/8k, session 15). By default
+  (:func:`persistent_ahead`) the grid is one program per SM at d=64 (forward+backward +9% to
+  +29% at 512, -1% to +7% at 1k-16k) and one per item at d=128 (where one per SM measured up
+  to 8.5% behind; session 12).
   ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``=0`` forces either.
 
 Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
@@ -189,15 +191,16 @@ def _ds_publish(dst, ds_smem, ds_ready, ds_free, g, HALF: gl.constexpr):
 
 @gluon.jit
 def _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, g, c, HALF: gl.constexpr,
-              HEAD_D: gl.constexpr):
+              HEAD_D: gl.constexpr, KV_BUFS: gl.constexpr):
     """One pass: this consumer's part of tile g's dQ^T = K^T dS^T, summed over both
-    consumers' keys (their dS^T tiles and K buffers ``2 * half + c % 2``), issued once both
-    dS^T tiles are in shared memory. Parts: at d=128 the head dim's half ``HALF`` (64 rows x
-    all queries), at d=64 all 64 rows x the queries' half ``HALF``: ``dq_zero``'s shape."""
+    consumers' keys (their dS^T tiles and K buffers ``KV_BUFS * half + c % KV_BUFS``),
+    issued once both dS^T tiles are in shared memory. Parts: at d=128 the head dim's half
+    ``HALF`` (64 rows x all queries), at d=64 all 64 rows x the queries' half ``HALF``:
+    ``dq_zero``'s shape."""
     Q_PART: gl.constexpr = dq_zero.shape[1]
     mbarrier.wait(ds_ready, g & 1)
-    k0 = k_smem.index(c % 2)
-    k1 = k_smem.index(2 + c % 2)
+    k0 = k_smem.index(c % KV_BUFS)
+    k1 = k_smem.index(KV_BUFS + c % KV_BUFS)
     if HEAD_D == 64:
         a0 = k0.permute((1, 0))
         a1 = k1.permute((1, 0))
@@ -249,16 +252,19 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr):
+                  GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
+                  KV_BUFS: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
-    K and V alternate between two buffers (``k_smem``/``v_smem``/``kv_bar`` index
-    ``2 * HALF + item % 2``): the next item's load in one while this item's dK/dV leave
-    through the other. ``ONE_PASS``: per tile also its part of dQ (:func:`_dq_issue`) from
-    both consumers' dS^T tiles, added into the fp32 accumulator by TMA (:func:`_dq_reduce`);
-    the other consumer's K buffer is read too, so dK is staged in this one's only after both
-    consumers' last dQ products of the item. ``DQ_LATE``: a tile's dQ part leaves after the
-    next tile's S^T and dP^T are issued (its shared-memory store under their products)."""
+    With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
+    (``k_smem``/``v_smem``/``kv_bar`` index ``2 * HALF + item % 2``): the next item's load in
+    one while this item's dK/dV leave through the other; with one item per program one buffer
+    each (``KV_BUFS=1``, 64 KB less shared memory at d=128). ``ONE_PASS``: per tile also its
+    part of dQ (:func:`_dq_issue`) from both consumers' dS^T tiles, added into the fp32
+    accumulator by TMA (:func:`_dq_reduce`); the other consumer's K buffer is read too, so dK
+    is staged in this one's only after both consumers' last dQ products of the item.
+    ``DQ_LATE``: a tile's dQ part leaves after the next tile's S^T and dP^T are issued (its
+    shared-memory store under their products)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -273,8 +279,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
         BLOCK_M, HEAD_D, CAUSAL, GROUP)
-    _load_kv(k_desc, v_desc, k_smem.index(2 * HALF), v_smem.index(2 * HALF),
-             kv_bar.index(2 * HALF), kv_row0 + HALF * BLOCK_N, kv_col)
+    _load_kv(k_desc, v_desc, k_smem.index(KV_BUFS * HALF), v_smem.index(KV_BUFS * HALF),
+             kv_bar.index(KV_BUFS * HALF), kv_row0 + HALF * BLOCK_N, kv_col)
     it = 0          # (Q, dO) tiles read from the ring so far
     c = 0           # work items done so far
     for w in range(first, n_work, step):
@@ -282,12 +288,12 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
             stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL,
             GROUP)
-        buf = 2 * HALF + c % 2
+        buf = KV_BUFS * HALF + c % KV_BUFS
         k_cur = k_smem.index(buf)
         v_cur = v_smem.index(buf)
-        mbarrier.wait(kv_bar.index(buf), (c // 2) & 1)
+        mbarrier.wait(kv_bar.index(buf), (c // KV_BUFS) & 1)
         if ONE_PASS:    # (the other consumer's K: read by this one's dQ products)
-            mbarrier.wait(kv_bar.index(2 * (1 - HALF) + c % 2), (c // 2) & 1)
+            mbarrier.wait(kv_bar.index(KV_BUFS * (1 - HALF) + c % KV_BUFS), (c // KV_BUFS) & 1)
 
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
@@ -304,7 +310,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             _, nrow, ncol, _, _, _, _, _, _, _ = _item(
                 w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
                 BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
-            nbuf = 2 * HALF + (c + 1) % 2
+            nbuf = KV_BUFS * HALF + (c + 1) % KV_BUFS
             _load_kv(k_desc, v_desc, k_smem.index(nbuf), v_smem.index(nbuf), kv_bar.index(nbuf),
                      nrow + HALF * BLOCK_N, ncol)
         # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
@@ -330,7 +336,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             slot = r % NUM_STAGES
             dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
             if ONE_PASS:
-                dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D)
+                dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
+                                KV_BUFS)
             dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
             if ONE_PASS:    # (dV and dQ done; dK may still run)
                 dqt = warpgroup_mma_wait(1, deps=(dqt,))
@@ -359,7 +366,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         slot = r % NUM_STAGES
         dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
         if ONE_PASS:
-            dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D)
+            dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D, KV_BUFS)
         dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
         if ONE_PASS:
             dqt = warpgroup_mma_wait(1, deps=(dqt,))
@@ -390,15 +397,17 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                        ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr):
+                        ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
+                        KV_BUFS: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
-    # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece.
+    # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
+    # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
     dtype: gl.constexpr = k_desc.dtype
-    k_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_N, HEAD_D], k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [4, BLOCK_N, HEAD_D], v_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [2 * KV_BUFS, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2 * KV_BUFS, BLOCK_N, HEAD_D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
-    kv_bar = fwd_hopper.barriers(4, 1)
+    kv_bar = fwd_hopper.barriers(2 * KV_BUFS, 1)
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
     if ONE_PASS:    # each consumer's dS^T tile and dQ part; both arrive on ds_ready/ds_free
@@ -418,13 +427,13 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
-                         DQ_LATE)),
+                         DQ_LATE, KV_BUFS)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
-                         DQ_LATE)),
+                         DQ_LATE, KV_BUFS)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP)),
@@ -529,10 +538,10 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     # queries); two passes: a stand-in
     dq_tile = ((dq_acc, block_m // 2 if d == 64 else block_m) if dq_acc is not None
                else (dk, block_n))
+    grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
+                               persistent_ahead(d))
     plans.gluon_launch(
-        record, _dkdv_hopper_kernel,
-        (fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
-                             persistent_ahead(d)),),
+        record, _dkdv_hopper_kernel, (grid,),
         ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
          (dv, block_n), dq_tile),
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
@@ -542,6 +551,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(d, n_ntiles, "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
-             DQ_LATE=late),
+             DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1),
         fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

@@ -7,8 +7,9 @@ and 3-5x that on the H200's host. Training and serving loops repeat the same cal
 
 - each launch's compiled kernel, grid and full argument list (every kernel parameter in order,
   as Triton's launcher takes them), with the call's tensors blanked out and their names kept;
-- the shapes and dtypes of the buffers the call allocates (outputs, scratch; accumulators
-  zeroed), and the copies it ends with (a one-pass dQ's fp32 sum into dQ);
+- the shapes and dtypes of the buffers the call allocates (outputs, scratch; an accumulator
+  is zeroed by a recorded kernel, as the one-pass dQ's by the preprocess), and the copies it
+  ends with (a one-pass dQ's fp32 sum into dQ);
 
 and a later call with the same key allocates its buffers and relaunches the recorded kernels
 with its own tensors: no argument building, no binding, no autotuner lookup.
@@ -168,13 +169,11 @@ class Plan:
         self.copies = copies
 
     def replay(self, tensors: dict, device: torch.device) -> tuple:
-        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests; accumulators
-        zeroed), add them to ``tensors`` (the call's inputs by name), relaunch, then copy
+        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to ``tensors`` (the call's inputs by name), relaunch, then copy
         (``dst.copy_(src)`` read in dst's shape); returns the outputs."""
         tensors = dict(tensors)
-        for name, shape, dtype, zero in self.buffers:
-            tensors[name] = (torch.zeros(shape, dtype=dtype, device=device) if zero
-                             else alloc(shape, dtype, device))
+        for name, shape, dtype in self.buffers:
+            tensors[name] = alloc(shape, dtype, device)
         stream = driver.active.get_current_stream(driver.active.get_current_device())
         for launch in self.launches:
             launch(tensors, stream)
@@ -208,13 +207,11 @@ class Recorder:
                          label))
 
     def plan(self, tensors: dict, buffers: tuple[str, ...], outputs: tuple[str, ...],
-             scalars: dict | None = None, zeros: tuple[str, ...] = (),
-             copies: tuple[tuple[str, str], ...] = ()):
+             scalars: dict | None = None, copies: tuple[tuple[str, str], ...] = ()):
         """The plan, or None when a launch passed a tensor missing from ``tensors`` (the call's
         inputs and ``buffers``, by name; stand-ins may appear under several names).
         ``scalars``: kernel parameter -> name of the call's value that replays pass there;
-        ``zeros``: the buffers that start as zeros (accumulators); ``copies``: (dst, src)
-        names, copied after the launches as the call did."""
+        ``copies``: (dst, src) names, copied after the launches as the call did."""
         # (a buffer's name wins over an input that is a stand-in for it: buffers are what a
         # replay allocates)
         names = {id(t): name for name, t in tensors.items()
@@ -226,8 +223,8 @@ class Recorder:
             return None
         finally:
             self.raw.clear()
-        return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype, n in zeros)
-                               for n in buffers], outputs, copies)
+        return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype) for n in buffers],
+                    outputs, copies)
 
 
 def launch(record: Recorder | None, launcher, grid, args: tuple, kwargs: dict) -> None:
