@@ -105,7 +105,7 @@ PY
       # program per item / with one per SM (GLUON_FWD_VARIANTS overrides); forward+backward
       # with the tile-level dK/dV / default / the Gluon dK/dV with one program per item
       # (GLUON_BWD_VARIANTS overrides; "name:A=1+B=2" sets several variables)
-      B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims 64,128
+      B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims ${GLUON_HEADDIMS:-64,128}
          --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal ${GLUON_CAUSAL:-both}"
       if [ $step = gluonfwd ]; then mode=fwd
         variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto:
