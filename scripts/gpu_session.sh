@@ -3,7 +3,7 @@
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
-#          gluonfwdsweep branches
+#          gluonfwdsweep ab branches
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 # Branches in the same call: `git archive BRANCH | tar -x -C .branches/BRANCH` (git-ignored)
 # and `git rev-parse --short BRANCH > .branches/BRANCH/COMMIT`, carry .branches, and run the
@@ -160,6 +160,24 @@ PY
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
+    ab) # same-run A/B without the first run's handicap (session 15: a call's first bench
+      # process measured up to 16% low against the same code run later): AB_CMD (default: the
+      # bench, AB_MODE / AB_HEADDIMS / AB_SEQLENS / AB_CAUSAL) once as a discarded warm-up,
+      # then AB_ROUNDS rounds alternating the main tree and each .branches/<name> tree
+      cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
+        --mode ${AB_MODE:-fwdbwd} --headdims ${AB_HEADDIMS:-128} --seqlens ${AB_SEQLENS:-2k,8k} \
+        --causal ${AB_CAUSAL:-both}}
+      echo "--- warm-up (discarded)"
+      timeout 150 $cmd --out "$OUT/ab/warm" > /dev/null 2>&1
+      for round in $(seq ${AB_ROUNDS:-2}); do
+        for dir in . .branches/*/; do
+          name=$([ "$dir" = . ] && echo main || basename "$dir")
+          echo "--- round $round: $name"
+          (cd "$dir" && export PYTHONPATH="$PWD/src:$PYTHONPATH" \
+            && timeout 150 $cmd --out "$OUT/ab/$round-$name") 2>&1 \
+            | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG"
+        done
+      done 2>&1 | tee "$OUT/ab.log" ;;
     branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS
       # (default: gluon gluonfwd), or its own .branches/<name>/RUN (a bash snippet run in
       # the tree, e.g. `GLUON_SEQLENS=1k,4k bash scripts/gpu_session.sh gluon gluonbwd`),
