@@ -21,7 +21,7 @@ cannot give more registers to the warps that do the math. This kernel can:
   one KV head each) through one (Q, dO) ring; in a persistent grid each consumer's K and V
   alternate between two buffers, so the next item's load runs during the current one and its
   dK/dV stores leave without a wait (one program per item: one buffer each, which measured
-  +0.6% to +7% forward+backward at d=128 2k/8k, session 15). By default
+  +0.4% to +4% forward+backward at d=128 2k/8k in alternating runs, session 15). By default
   (:func:`persistent_ahead`) the grid is one program per SM at d=64 (forward+backward +9% to
   +29% at 512, -1% to +7% at 1k-16k) and one per item at d=128 (where one per SM measured up
   to 8.5% behind; session 12).
@@ -515,7 +515,9 @@ def persistent_ahead(d: int) -> bool:
     """Where this kernel's persistent grid measured ahead of one program per item (session 12,
     H200, bf16, forward+backward in the same runs, 512 to 16k, causal or not): d=64 (ahead at 9
     of 12 points, +0.5% to +29%, the most at 512; within 1% behind at the other three); not
-    d=128 (behind at 10 of 12 points, -2% to -8.5%)."""
+    d=128 (behind at 10 of 12 points, -2% to -8.5%; again in session 15, after one program
+    per item got one K/V buffer per consumer: -1% to -3% unmasked at 1k/2k, -9% to -12%
+    causal at 512 to 2k)."""
     return d == 64
 
 
