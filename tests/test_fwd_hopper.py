@@ -168,14 +168,16 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
 
 def test_causal_group_rule_and_bad_value(monkeypatch):
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
-    assert fwd_hopper.causal_group(128, 8) == 8         # the measured rule
-    assert fwd_hopper.causal_group(64, 8) == 1
-    assert fwd_hopper.causal_group(64, 32) == 8
+    rule = fwd_hopper.SINGLE_UPTO                       # the measured rule
+    assert fwd_hopper.causal_group(8, rule[128]) == 8
+    assert fwd_hopper.causal_group(4, rule[128]) == 1
+    assert fwd_hopper.causal_group(8, rule[64]) == 1
+    assert fwd_hopper.causal_group(32, rule[64]) == 8
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "0")
     with pytest.raises(ValueError, match="positive integer"):
-        fwd_hopper.causal_group(128, 8)
+        fwd_hopper.causal_group(8, rule[128])
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "3")
-    assert fwd_hopper.causal_group(64, 8) == 3
+    assert fwd_hopper.causal_group(8, rule[64]) == 3
 
 
 def test_o_leaves_through_p_only_when_it_must():

@@ -551,7 +551,10 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
-             GROUP=fwd_hopper.causal_group(d, n_ntiles, "FLASHTILE_GLUON_BWD_GROUP")
+             # (chunks of 1 up to 8 items per head at d=64: chunks of 8 lost 6% at 1k, session
+             # 13; never at d=128: chunks of 1 lost 5% at 1k, 512 within its noise, session 15)
+             GROUP=fwd_hopper.causal_group(n_ntiles, 8 if d == 64 else 0,
+                                           "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1),
         fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"

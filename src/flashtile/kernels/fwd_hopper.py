@@ -585,21 +585,29 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> in
     return min(n_work, sm_count(device))
 
 
-def causal_group(d: int, n_tiles: int, variable: str = "FLASHTILE_GLUON_FWD_GROUP") -> int:
-    """Tiles per chunk of the causal order (:func:`_work_tile`) for head dim ``d`` and
-    ``n_tiles`` work tiles per head. ``variable`` (``FLASHTILE_GLUON_FWD_GROUP``, or ``_BWD_``
+def causal_group(n_tiles: int, single_upto: int,
+                 variable: str = "FLASHTILE_GLUON_FWD_GROUP") -> int:
+    """Tiles per chunk of the causal order (:func:`_work_tile`) for ``n_tiles`` work tiles
+    per head: 1 up to ``single_upto`` tiles per head (the calling kernel's measured rule, e.g.
+    :data:`SINGLE_UPTO`), else 8. ``variable`` (``FLASHTILE_GLUON_FWD_GROUP``, or ``_BWD_``
     for the dK/dV kernel's key tiles) set to a positive integer forces it; unset or ``auto``:
-    8, except 1 at d <= 64 with at most 8 tiles per head. Measured (session 13, H200, bf16,
-    same run, 8 against 1): the forward +10%/+7% at d=128 causal 1k/4k, -2% at 16k; the
-    forward+backward (the dK/dV order) +4%/+10%/+1% at d=128 1k/4k/16k, +8.5%/+5.6% at d=64
-    4k/16k, but -6% at d=64 1k (and the forward -10% there), where a chunk of 8 holds a
-    head's every tile and the heaviest-first order is gone."""
+    the rule. Chunks of 8 measured ahead of 1 (session 13, H200, bf16, same run): the forward
+    +10%/+7% at d=128 causal 1k/4k, -2% at 16k; the forward+backward (the dK/dV order)
+    +4%/+10%/+1% at d=128 1k/4k/16k, +8.5%/+5.6% at d=64 4k/16k; but not where a chunk of 8
+    holds a head's every tile and the heaviest-first order is gone (:data:`SINGLE_UPTO`)."""
     value = getenv(variable, "auto")
     if value in ("", "auto"):
-        return 1 if d <= 64 and n_tiles <= 8 else 8
+        return 1 if n_tiles <= single_upto else 8
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{variable} must be a positive integer or 'auto', got {value!r}")
     return int(value)
+
+
+# The forward's work tiles per head (2 * BLOCK_M query rows each) up to which its causal order
+# runs in chunks of 1 (:func:`causal_group`), by head dim. Measured against chunks of 8: d=64
+# 1k (8 tiles) +10% (session 13); d=128 512 (4 tiles) +7% in alternating runs, and 1k (8
+# tiles) -7% (session 15).
+SINGLE_UPTO = {64: 8, 128: 4}
 
 
 # An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the
@@ -634,6 +642,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
          params.softmax_scale * LOG2E),
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
-             GROUP=causal_group(d, n_mtiles) if causal(params) else 1,
+             GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d)),
         descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
