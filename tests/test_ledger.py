@@ -143,13 +143,18 @@ def test_atomic_backward_trades_the_dq_pass_for_dq_traffic():
     tiles = TileConfig(backward="atomic")
     r = estimate(one_head(), H200, tiles)
     names = [t.name.split(" ")[0] for t in r.tiled_bwd]
-    assert names == ["backward", "dK/dV", "dQ", "dQ"]           # preprocess, pass, zero, convert
-    _, dkdv, zero, conv = r.tiled_bwd
+    assert names == ["backward", "dK/dV", "dQ"]                 # preprocess, pass, convert
+    pre, dkdv, conv = r.tiled_bwd
     per_q_row = 2 * D * E + 8
     q_rows = (N // tiles.dkdv_block_n) * N                      # query rows loaded, all passes
     assert dkdv.read == 2 * NDE + q_rows * per_q_row + q_rows * D * 4
     assert dkdv.write == 2 * NDE + q_rows * D * 4               # float32 read-modify-write
-    assert zero.write == N * D * 4 and conv.read == N * D * 4 and conv.write == NDE
+    assert pre.write == N * 4 + N * D * 4                       # D and the accumulator's zeros
+    assert conv.read == N * D * 4 and conv.write == NDE
+    # without the preprocess kernel, a fill writes the zeros
+    no_pre = estimate(one_head(), H200, TileConfig(backward="atomic", preprocess=False))
+    assert [t.name for t in no_pre.tiled_bwd][0] == "dQ accumulator zero-fill"
+    assert no_pre.tiled_bwd[0].write == N * D * 4
 
 
 @pytest.mark.interpreter
@@ -208,9 +213,10 @@ def test_tile_loads_equal_the_bytes_the_kernels_load(causal, mode, monkeypatch):
     w = Workload(batch=b, nheads=hq, nheads_kv=hkv, seqlen_q=sq, seqlen_k=sk, headdim=d,
                  headdim_v=dv, dtype_bytes=4, causal=causal)
     r = estimate(w, H200, tiles)
-    # Triton launches only: the atomic mode's zero-fill and fp32 -> dtype copy are torch ops.
+    # Triton launches only: the atomic mode's fp32 -> dtype copy is a torch op (its zeros are
+    # the preprocess kernel's).
     model = [(t.read, t.write) for t in r.tiled_fwd + r.tiled_bwd
-             if not t.name.startswith(("dQ accumulator", "dQ float32"))]
+             if not t.name.startswith("dQ float32")]
     # launch order: forward, then the preprocess, dK/dV (and dQ) kernels of the backward
     assert [(rd, wr) for _, rd, wr in launches] == model, launches
 

@@ -210,7 +210,8 @@ class TileConfig:
     Backward, ``backward="atomic"`` (flashtile with ``FLASHTILE_BWD_DQ=atomic``, flash-attn 2
     style): one pass over KV blocks as the dK/dV pass below that also adds each tile's dQ share
     into a float32 buffer with atomic adds (one fewer recomputation, more dQ traffic), plus the
-    zero-fill and the float32 -> dtype conversion of that buffer.
+    zeros of that buffer (written by the preprocess kernel, or by a fill without one) and its
+    float32 -> dtype conversion.
 
     ``backward="two-pass"`` (flashtile's default, no atomics):
 
@@ -650,18 +651,24 @@ def tiled_passes(w: Workload, tiles: TileConfig, hw: Hardware) -> TiledModel:
 
     bwd, dram_bwd = [], []
     q_own = float(b * hq * sq * q_row_bwd)
-    if tiles.preprocess:
-        pre = Traffic("backward preprocess D = rowsum(dO * O)", 2.0 * b * hq * sq * dv * e,
-                      b * hq * sq * STAT_BYTES)
+    atomic = tiles.backward == "atomic"
+    acc_zeros = Traffic("dQ accumulator zero-fill", 0.0, b * hq * sq * d * STAT_BYTES)
+    if tiles.preprocess:    # (in one pass it also zeroes the float32 dQ accumulator)
+        pre = Traffic("backward preprocess D = rowsum(dO * O)"
+                      + (" + dQ accumulator zeros" if atomic else ""),
+                      2.0 * b * hq * sq * dv * e,
+                      b * hq * sq * STAT_BYTES + (acc_zeros.write if atomic else 0.0))
         bwd.append(pre)
         dram_bwd.append(pre)
+    elif atomic:            # (a fill then zeroes it)
+        bwd.append(acc_zeros)
+        dram_bwd.append(acc_zeros)
 
     # dK/dV pass: grid (KV blocks) x (b * hkv); Q, dO, LSE, D of the G query heads streamed
     kb = query_rows_per_kv_block(sq, sk, tiles.dkdv_block_n, tiles.dkdv_block_m, w.causal)
     q_rows_loaded = sum(q for _, q in kb) * rho
     dkdv_pairs = sum(rows * q for rows, q in kb) * rho
     stream = float(b * hq * q_rows_loaded * q_row_bwd)
-    atomic = tiles.backward == "atomic"
     extra_read = extra_write = extra_stream = 0.0
     if atomic:  # read-modify-write of float32 dQ rows for every (KV block, visible query row)
         extra_stream = float(b * hq * q_rows_loaded * d * STAT_BYTES)
@@ -682,10 +689,9 @@ def tiled_passes(w: Workload, tiles: TileConfig, hw: Hardware) -> TiledModel:
     flops_bwd = 2.0 * b * hq * dkdv_pairs * (2 * d + 2 * dv)   # QK^T, dO V^T, P^T dO, dS^T Q
 
     if atomic:
-        zero = Traffic("dQ accumulator zero-fill", 0.0, b * hq * sq * d * STAT_BYTES)
         conv = Traffic("dQ float32 -> dtype", b * hq * sq * d * STAT_BYTES, b * hq * sq * d * e)
-        bwd += [zero, conv]
-        dram_bwd += [zero, conv]
+        bwd.append(conv)
+        dram_bwd.append(conv)
         flops_bwd += 2.0 * b * hq * dkdv_pairs * d                  # dQ = dS K
     else:
         # dQ pass: grid (query blocks) x (b * hq); K/V streamed again
