@@ -163,7 +163,9 @@ PY
     ab) # same-run A/B without the first run's handicap (session 15: a call's first bench
       # process measured up to 16% low against the same code run later): AB_CMD (default: the
       # bench, AB_MODE / AB_HEADDIMS / AB_SEQLENS / AB_CAUSAL) once as a discarded warm-up,
-      # then AB_ROUNDS rounds alternating the main tree and each .branches/<name> tree
+      # then AB_ROUNDS rounds alternating the main tree and each .branches/<name> tree;
+      # AB_FRESH_CACHE=1 gives each run an empty Triton cache (compiles and autotunes anew:
+      # the trees share kernel sources, so they would share autotuning results otherwise)
       cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
         --mode ${AB_MODE:-fwdbwd} --headdims ${AB_HEADDIMS:-128} --seqlens ${AB_SEQLENS:-2k,8k} \
         --causal ${AB_CAUSAL:-both}}
@@ -171,10 +173,12 @@ PY
       timeout 150 $cmd --out "$OUT/ab/warm" > /dev/null 2>&1
       for round in $(seq ${AB_ROUNDS:-2}); do
         for dir in . .branches/*/; do
+          [ -d "$dir" ] || continue           # (no branch trees: the main tree alone)
           name=$([ "$dir" = . ] && echo main || basename "$dir")
           echo "--- round $round: $name"
           (cd "$dir" && export PYTHONPATH="$PWD/src:$PYTHONPATH" \
-            && timeout 150 $cmd --out "$OUT/ab/$round-$name") 2>&1 \
+            && { [ "${AB_FRESH_CACHE:-0}" = 1 ] && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$name; true; } \
+            && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") 2>&1 \
             | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG"
         done
       done 2>&1 | tee "$OUT/ab.log" ;;
