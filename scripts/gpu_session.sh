@@ -160,10 +160,10 @@ PY
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
-    ab) # same-run A/B without the first run's handicap (session 15: a call's first bench
-      # process measured up to 16% low against the same code run later): AB_CMD (default: the
-      # bench, AB_MODE / AB_HEADDIMS / AB_SEQLENS / AB_CAUSAL) once as a discarded warm-up,
-      # then AB_ROUNDS rounds alternating the main tree and each .branches/<name> tree;
+    ab) # same-run A/B in alternating runs, so that drift within a call falls on both sides:
+      # AB_CMD (default: the bench, AB_MODE / AB_HEADDIMS / AB_SEQLENS / AB_CAUSAL) once as a
+      # discarded warm-up, then AB_ROUNDS rounds alternating the main tree and each
+      # .branches/<name> tree;
       # AB_FRESH_CACHE=1 gives each run an empty Triton cache (compiles and autotunes anew:
       # the trees share kernel sources, so they would share autotuning results otherwise)
       cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
