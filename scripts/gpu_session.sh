@@ -105,8 +105,8 @@ PY
       # program per item / with one per SM (GLUON_FWD_VARIANTS overrides); forward+backward
       # with the tile-level dK/dV / default / the Gluon dK/dV with one program per item
       # (GLUON_BWD_VARIANTS overrides; "name:A=1+B=2" sets several variables)
-      B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --headdims ${GLUON_HEADDIMS:-64,128}
-         --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal ${GLUON_CAUSAL:-both}"
+      B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot
+         --headdims ${GLUON_HEADDIMS:-64,128} --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal ${GLUON_CAUSAL:-both}"
       if [ $step = gluonfwd ]; then mode=fwd
         variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto:
                   item:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=0
@@ -177,7 +177,8 @@ PY
           name=$([ "$dir" = . ] && echo main || basename "$dir")
           echo "--- round $round: $name"
           (cd "$dir" && export PYTHONPATH="$PWD/src:$PYTHONPATH" \
-            && { [ "${AB_FRESH_CACHE:-0}" = 1 ] && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$name; true; } \
+            && { [ "${AB_FRESH_CACHE:-0}" = 1 ] \
+                 && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$name; true; } \
             && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") 2>&1 \
             | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG"
         done

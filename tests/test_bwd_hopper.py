@@ -189,8 +189,8 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     says so (no dQ kernel runs then), with the late reductions at d=64 causal 1k;
     ``deterministic=True`` and d=128 causal 1k run two passes. Gradients within budget; the
     second call of each signature replays its launch plan (the accumulator zeroed by the
-    preprocess and the final copy included) and gives the same gradients bit for bit only in two passes (one pass sums
-    in arrival order), within budget either way."""
+    preprocess and the final copy included) and gives the same gradients bit for bit only in
+    two passes (one pass sums in arrival order), within budget either way."""
     from flashtile.kernels import bwd, plans
     monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE", raising=False)

@@ -78,10 +78,11 @@ def test_launch_plans_launch_what_the_full_path_launches(part, lines):
     for sm_90a (never run), the replayed launches must equal the full path's: same kernel,
     grid and arguments (Gluon replays: light TMA descriptors, compared by address, shape and
     strides), over layouts, alignments and flags, and for calls that differ from a recorded
-    one in a single argument (dropout included); one-pass dQ backwards too (the
-    accumulator zeroed by the preprocess, a final copy); no tensor is kept alive. The Gluon part runs whole forward+backward calls with the CPU
-    standing in for sm_90 (the Gluon launches are steps of the forward's and backward's plans).
-    (Three parts, so that they run in parallel.)"""
+    one in a single argument (dropout included); one-pass dQ backwards too (the accumulator
+    zeroed by the preprocess, a final copy); no tensor is kept alive. The Gluon part runs
+    whole forward+backward calls with the CPU standing in for sm_90 (the Gluon launches are
+    steps of the forward's and backward's plans). (Three parts, so that they run in
+    parallel.)"""
     out = _run("host_overhead.py", "--check-plans", part)
     found = [x for x in out.splitlines() if x.startswith(("plans", "gluon plans"))]
     assert len(found) == lines and not any(

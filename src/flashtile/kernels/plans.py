@@ -169,8 +169,9 @@ class Plan:
         self.copies = copies
 
     def replay(self, tensors: dict, device: torch.device) -> tuple:
-        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to ``tensors`` (the call's inputs by name), relaunch, then copy
-        (``dst.copy_(src)`` read in dst's shape); returns the outputs."""
+        """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
+        ``tensors`` (the call's inputs by name), relaunch, then copy (``dst.copy_(src)`` read
+        in dst's shape); returns the outputs."""
         tensors = dict(tensors)
         for name, shape, dtype in self.buffers:
             tensors[name] = alloc(shape, dtype, device)
