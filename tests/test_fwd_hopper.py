@@ -166,6 +166,23 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
                         dtype, gluon_calls)
 
 
+@pytest.mark.parametrize("d,seqlen,group", [(128, 512, 1), (128, 1024, 8), (64, 1024, 1),
+                                             (64, 2048, 8)])
+def test_causal_chunks_by_head_dim(monkeypatch, d, seqlen, group):
+    """The forward's causal order runs in chunks of 1 up to :data:`fwd_hopper.SINGLE_UPTO`
+    work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k), else 8. Runs on the CPU:
+    the launch is captured, not made."""
+    from flashtile.kernels import plans
+    seen = []
+    monkeypatch.setattr(plans, "gluon_launch", lambda *args: seen.append(args[5]))
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
+    q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
+    (meta,) = seen
+    assert meta["CAUSAL"] and meta["GROUP"] == group
+
+
 def test_causal_group_rule_and_bad_value(monkeypatch):
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
     rule = fwd_hopper.SINGLE_UPTO                       # the measured rule
