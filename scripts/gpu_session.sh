@@ -106,7 +106,8 @@ PY
       # with the tile-level dK/dV / default / the Gluon dK/dV with one program per item
       # (GLUON_BWD_VARIANTS overrides; "name:A=1+B=2" sets several variables)
       B="python3 -m flashtile bench --providers flashtile,cudnn --no-plot
-         --headdims ${GLUON_HEADDIMS:-64,128} --seqlens ${GLUON_SEQLENS:-1k,4k,16k} --causal ${GLUON_CAUSAL:-both}"
+         --headdims ${GLUON_HEADDIMS:-64,128} --seqlens ${GLUON_SEQLENS:-1k,4k,16k}
+         --causal ${GLUON_CAUSAL:-both}"
       if [ $step = gluonfwd ]; then mode=fwd
         variants=(${GLUON_FWD_VARIANTS:-tile:FLASHTILE_GLUON_FWD=0 auto:
                   item:FLASHTILE_GLUON_FWD=1+FLASHTILE_GLUON_FWD_PERSISTENT=0
@@ -163,9 +164,9 @@ PY
     ab) # same-run A/B in alternating runs, so that drift within a call falls on both sides:
       # AB_CMD (default: the bench, AB_MODE / AB_HEADDIMS / AB_SEQLENS / AB_CAUSAL) once as a
       # discarded warm-up, then AB_ROUNDS rounds alternating the main tree and each
-      # .branches/<name> tree;
-      # AB_FRESH_CACHE=1 gives each run an empty Triton cache (compiles and autotunes anew:
-      # the trees share kernel sources, so they would share autotuning results otherwise)
+      # .branches/<name> tree; AB_FRESH_CACHE=1 gives each run an empty Triton cache
+      # (compiles and autotunes anew: the trees share kernel sources, so they would share
+      # autotuning results otherwise)
       cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
         --mode ${AB_MODE:-fwdbwd} --headdims ${AB_HEADDIMS:-128} --seqlens ${AB_SEQLENS:-2k,8k} \
         --causal ${AB_CAUSAL:-both}}

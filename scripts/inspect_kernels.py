@@ -132,18 +132,13 @@ def inspect_gluon(args, dtype) -> int:
     """The Gluon forward, dK/dV (and with ``--one-pass`` the one-pass dK/dV+dQ), and dQ kernels
     at one head dim and mask; 1 if any spills or ptxas warns that it serialised the wgmmas."""
     import flashtile
-    from flashtile.kernels import bwd_hopper, common, dq_hopper, fwd_hopper
+    from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
     sink = []
     fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
                                                  sink)
     bwd_hopper._dkdv_hopper_kernel = GluonCapture("gluon dkdv", bwd_hopper._dkdv_hopper_kernel,
                                                   sink)
     dq_hopper._dq_hopper_kernel = GluonCapture("gluon dq", dq_hopper._dq_hopper_kernel, sink)
-    # The grids an H200 runs (CPU tensors would get one program per item), so that each kernel
-    # compiles as the variant it runs there (the dK/dV kernel's K/V buffers follow its grid).
-    gpu_programs = fwd_hopper.programs
-    fwd_hopper.sm_count = lambda device: common.DEFAULT_SM_COUNT
-    fwd_hopper.programs = lambda n, device, *rule: gpu_programs(n, torch.device("cuda"), *rule)
     heads = args.heads or 2048 // args.d
     q, k, v, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(4))
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,

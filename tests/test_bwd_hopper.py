@@ -45,20 +45,19 @@ def assert_grads_within(label: str, grads, ref, same) -> None:
 def test_kv_buffers_follow_the_grid(monkeypatch, persistent):
     """Each consumer keeps two K/V buffers only when a program has a next item to load ahead
     (a persistent grid smaller than the work), else one (64 KB less shared memory at d=128).
-    Runs on the CPU: the launch is captured, not made."""
-    from flashtile.kernels import plans
-    seen = []
-    monkeypatch.setattr(plans, "gluon_launch", lambda *args: seen.append((args[2], args[5])))
-    # (the grids an H200 launches; a CPU tensor would get one program per item)
-    monkeypatch.setattr(fwd_hopper, "programs", lambda n, device, variable, auto:
-                        min(n, 132) if persistent else n)
+    Runs on the CPU, which gets the H200's grids: the launch is captured, not made."""
+    from flashtile.kernels.common import DEFAULT_SM_COUNT
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1" if persistent else "0")
     q, k, v, dout = (torch.randn(1, 4096, 16, 128, dtype=torch.bfloat16) for _ in range(4))
     params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
     lse = dsum = torch.zeros(1, 16, 4096)
     bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
-    (grid, meta), = seen
+    ((role, grid, meta),) = seen
+    assert role == "dkdv"
     n_work = bwd_hopper.work_tiles(q, k) * 16                # (b = 1, 16 KV heads)
-    assert grid == ((132,) if persistent else (n_work,)) and n_work > 132
+    assert grid == ((DEFAULT_SM_COUNT,) if persistent else (n_work,))
+    assert n_work > DEFAULT_SM_COUNT
     assert meta["KV_BUFS"] == (2 if persistent else 1)
 
 

@@ -124,7 +124,7 @@ def test_gluon_forward_and_gradients(gluon_calls, monkeypatch, shape, causal, dt
 def test_persistent_grid_size(monkeypatch):
     """The grids (``FLASHTILE_GLUON_FWD_PERSISTENT``; ``_BWD_``: the dK/dV kernel): ``1``
     one program per SM (fewer when there are fewer work items), ``0`` one per item, unset or
-    ``auto`` the kernel's rule; one per item for tensors off CUDA."""
+    ``auto`` the kernel's rule."""
     monkeypatch.setattr(fwd_hopper, "sm_count", lambda device: 132)
     cuda = torch.device("cuda", 0)
     for variable in ("FLASHTILE_GLUON_FWD_PERSISTENT", "FLASHTILE_GLUON_BWD_PERSISTENT"):
@@ -136,7 +136,6 @@ def test_persistent_grid_size(monkeypatch):
         monkeypatch.setenv(variable, "1")
         assert fwd_hopper.programs(288, cuda, variable, False) == 132
         assert fwd_hopper.programs(100, cuda, variable, False) == 100
-        assert fwd_hopper.programs(288, torch.device("cpu"), variable, True) == 288
         monkeypatch.setenv(variable, "0")
         assert fwd_hopper.programs(288, cuda, variable, True) == 288
 
@@ -172,15 +171,13 @@ def test_causal_chunks_by_head_dim(monkeypatch, d, seqlen, group):
     """The forward's causal order runs in chunks of 1 up to :data:`fwd_hopper.SINGLE_UPTO`
     work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k), else 8. Runs on the CPU:
     the launch is captured, not made."""
-    from flashtile.kernels import plans
-    seen = []
-    monkeypatch.setattr(plans, "gluon_launch", lambda *args: seen.append(args[5]))
+    seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
     q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
     params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
-    (meta,) = seen
-    assert meta["CAUSAL"] and meta["GROUP"] == group
+    ((role, _, meta),) = seen
+    assert role == "fwd" and meta["CAUSAL"] and meta["GROUP"] == group
 
 
 def test_causal_group_rule_and_bad_value(monkeypatch):

@@ -140,4 +140,3 @@ def test_atomic_probe_adds_where_it_says():
             base = 0.0 if (mode == 2 and t in counts) else 0.5
             want = base + counts.get(t, 0) * tile
             assert torch.allclose(dq[t * rows:(t + 1) * rows], want), (mode, t)
-

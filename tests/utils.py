@@ -97,15 +97,16 @@ def gluon_switched_on(monkeypatch, variable: str, module, name: str):
     flashtile.set_backend(None)
 
 
-def gluon_launches(monkeypatch) -> list:
+def gluon_launches(monkeypatch, run: bool = True) -> list:
     """The Gluon launches of the calls that follow, as ``(role, grid, meta)`` (role ``fwd``,
-    ``dkdv`` or ``dq``; the real launch runs): what a switch actually sent to the kernel."""
+    ``dkdv`` or ``dq``): what a switch actually sent to the kernel. ``run``: the real launch
+    runs too (False: captured only, e.g. on the CPU)."""
     from flashtile.kernels import plans
     seen, real = [], plans.gluon_launch
 
     def spy(*args):     # (record, kernel, grid, tiles, args, meta, make_descriptor, role, label)
         seen.append((args[7], args[2], args[5]))
-        return real(*args)
+        return real(*args) if run else None
     monkeypatch.setattr(plans, "gluon_launch", spy)
     return seen
 

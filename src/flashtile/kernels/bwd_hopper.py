@@ -42,8 +42,10 @@ accumulator: 5 tile products instead of the two passes' 7, and 17 GB of fp32 add
 16k, 16 heads. Per-thread ``red.global.add.f32`` tiles ran at 1.5 TB/s (session 13; that
 one-pass kernel was 30-43% slower at d=128); FlashAttention-3 takes the TMA path for dQ.
 Session 14 (forward+backward against two passes, same runs): d=64 +4% to +9%, d=128 +2% to
-+10% except at 16k unmasked (-1%) and causal 1k (see :func:`one_pass`). Offline: no spills
-at d=64 (12 waits, 96 HGMMA); 88-116 B at d=128 (item-level scalars).
++10% except at 16k unmasked (-1%) and causal 1k (see :func:`one_pass`). Offline (sm_90a,
+no wgmma serialised): at d=128, with one K/V buffer per consumer, 0 B of spills unmasked and
+8 B causal (88-116 B with two); d=64's persistent grid 0 B unmasked, 32 B causal
+(item-level scalars).
 The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
 multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable
 ``dout``. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
@@ -272,7 +274,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     dtype: gl.constexpr = k_desc.dtype
     first, step = gl.program_id(0), gl.num_programs(0)
     if ONE_PASS:    # (a dQ^T part: 64 rows of the head dim x Q_PART queries)
-        Q_PART: gl.constexpr = BLOCK_M // 2 if HEAD_D == 64 else BLOCK_M
+        Q_PART: gl.constexpr = dq_smem.shape[1]
         dq_layout: gl.constexpr = fwd_hopper.mma_layouts(4, Q_PART, HEAD_D)[0]
         dq_zero = gl.zeros([64, Q_PART], gl.float32, dq_layout)
 
@@ -411,9 +413,10 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
     if ONE_PASS:    # each consumer's dS^T tile and dQ part; both arrive on ds_ready/ds_free
-        Q_PART: gl.constexpr = BLOCK_M // 2 if HEAD_D == 64 else BLOCK_M
         ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M], _ds_layout())
-        dq_smem = gl.allocate_shared_memory(gl.float32, [2, Q_PART, 64], dq_desc.layout)
+        # (each consumer's dQ part tile: the accumulator's TMA block, :func:`dkdv`)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [2, dq_desc.block_type.shape[0], 64],
+                                            dq_desc.layout)
         ds_ready = fwd_hopper.barriers(1, 2).index(0)
         ds_free = fwd_hopper.barriers(1, 2).index(0)
     else:           # (stand-ins, never touched)
@@ -482,8 +485,9 @@ def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
 
 
 def dq_late(d: int, causal: bool, n_ntiles: int) -> bool:
-    """One pass: whether a tile's dQ part leaves under the next tile's products (which spills
-    more: d=64 8-32 B against 0 B, d=128 204-280 B against 88-116 B).
+    """One pass: whether a tile's dQ part leaves under the next tile's products (which spilled
+    more in session 14, with two K/V buffers per consumer: d=64 8-32 B against 0 B, d=128
+    204-280 B against 88-116 B).
     ``FLASHTILE_GLUON_BWD_DQ_LATE=1``/``=0`` forces it; unset or ``auto``: :func:`one_pass`."""
     value = getenv("FLASHTILE_GLUON_BWD_DQ_LATE", "auto")
     if value not in ("0", "1", "auto"):

@@ -504,7 +504,8 @@ def folded(t: torch.Tensor) -> torch.Tensor | None:
 @functools.lru_cache(maxsize=None)
 def _tile_layout(rows: int, d: int, dtype: torch.dtype):
     # (made once: building it costs ~8 us of host time, and a backward builds six)
-    gdt = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.float32: gl.float32}[dtype]
+    gdt = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16,
+           torch.float32: gl.float32}[dtype]
     return gl.NVMMASharedLayout.get_default_for([rows, d], gdt)
 
 
@@ -578,9 +579,10 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> in
     few tiles per item). ``variable`` (``FLASHTILE_GLUON_FWD_PERSISTENT``, or ``_BWD_`` for
     the Gluon dK/dV kernel) set to ``1`` asks for one per SM, ``0`` for one per item; unset
     or ``auto``, ``auto`` decides: the calling kernel's rule of where the persistent grid
-    measured ahead."""
+    measured ahead. Off a GPU (the tools that compile for sm_90a on the CPU) the grid is the
+    H200's (:func:`.common.sm_count`)."""
     value = getenv(variable, "auto")
-    if device.type != "cuda" or value in ("", "0") or (value == "auto" and not auto):
+    if value in ("", "0") or (value == "auto" and not auto):
         return n_work
     return min(n_work, sm_count(device))
 

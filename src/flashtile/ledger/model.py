@@ -207,13 +207,15 @@ class TileConfig:
     Forward: a grid over query blocks of ``fwd_block_m`` rows; each program streams every
     visible K/V tile of ``fwd_block_n`` rows and writes O and LSE once.
 
-    Backward, ``backward="atomic"`` (flashtile with ``FLASHTILE_BWD_DQ=atomic``, flash-attn 2
-    style): one pass over KV blocks as the dK/dV pass below that also adds each tile's dQ share
-    into a float32 buffer with atomic adds (one fewer recomputation, more dQ traffic), plus the
-    zeros of that buffer (written by the preprocess kernel, or by a fill without one) and its
+    Backward, ``backward="atomic"`` (flashtile's one pass: by default where the Gluon dK/dV
+    kernel measured it ahead, or with ``FLASHTILE_BWD_DQ=atomic``; flash-attn 2 style): one
+    pass over KV blocks as the dK/dV pass below that also adds each tile's dQ share into a
+    float32 buffer with atomic adds (one fewer recomputation, more dQ traffic), plus the zeros
+    of that buffer (written by the preprocess kernel, or by a fill without one) and its
     float32 -> dtype conversion.
 
-    ``backward="two-pass"`` (flashtile's default, no atomics):
+    ``backward="two-pass"`` (the model's default; flashtile's with ``deterministic=True`` and
+    wherever the one pass did not measure ahead; no atomics):
 
     - preprocess: ``D = rowsum(dO * O)`` (reads O, dO; writes D);
     - dK/dV pass: a grid over KV blocks of ``dkdv_block_n`` rows; each program keeps its K/V block
