@@ -43,10 +43,11 @@ from ..reference.dense import sum_to_shape
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
                      bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, getenv, gluon_kernels, gluon_settings, interpreting, load_tile,
-                     mod_args, padded_headdim, prune_configs, query_tile, row_ranges, score_args,
-                     seq_bounds, seq_bucket, sparse_args, strides, tile_ranges, tile_start,
-                     next_tile_start, varlen_args, varlen_sequence, window_args)
+                     dropout_keep, getenv, gluon_kernels, gluon_settings, graph_bench,
+                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
+                     row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
+                     tile_ranges, tile_start, next_tile_start, varlen_args, varlen_sequence,
+                     window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",
@@ -491,7 +492,7 @@ def _dkdv_prune(configs, named_args, **kwargs):
 
 
 _dkdv = triton.autotune(
-    configs=_configs(_DKDV_SHAPES), key=_KEY, cache_results=True,
+    configs=_configs(_DKDV_SHAPES), key=_KEY, cache_results=True, do_bench=graph_bench,
     prune_configs_by={"early_config_prune": _dkdv_prune}, reset_to_zero=["DQ_ACC"],
 )(_bwd_dkdv_kernel)
 _dkdv_launch = TunedLaunch(_dkdv)
@@ -501,7 +502,7 @@ _dq = triton.autotune(
         (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 32, 4, 3),
         (64, 64, 8, 2)])),
     key=_KEY, prune_configs_by={"early_config_prune": functools.partial(prune_configs, kind="dq")},
-    cache_results=True,
+    cache_results=True, do_bench=graph_bench,
 )(_bwd_dq_kernel)
 _dq_launch = TunedLaunch(_dq)
 
