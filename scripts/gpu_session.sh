@@ -181,7 +181,7 @@ PY
             && { [ "${AB_FRESH_CACHE:-0}" = 1 ] \
                  && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$name; true; } \
             && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") 2>&1 \
-            | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG"
+            | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
         done
       done 2>&1 | tee "$OUT/ab.log" ;;
     branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS
