@@ -407,8 +407,10 @@ def breakdown(res: dict) -> None:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 return F.scaled_dot_product_attention(qt, kt, vt, is_causal=bool(causal))
         row = {}
-        for name, step in (("flashtile", fwd_bwd(lambda: flashtile.flash_attn_func(
-                q, k, v, causal=bool(causal)), q, k, v)), ("cudnn", fwd_bwd(sdpa, qt, kt, vt))):
+        steps = [("flashtile", fwd_bwd(lambda: flashtile.flash_attn_func(
+            q, k, v, causal=bool(causal)), q, k, v)), ("cudnn", fwd_bwd(sdpa, qt, kt, vt))]
+        # (DIAG_BREAKDOWN_CUDNN=0: flashtile alone, e.g. once per setting of its switches)
+        for name, step in steps[:1 if os.environ.get("DIAG_BREAKDOWN_CUDNN") == "0" else 2]:
             per = kernel_times(step)
             total = sum(per.values())
             # do_bench's time of the same step (as the bench takes it): above the kernels' sum
