@@ -172,11 +172,11 @@ def test_dq_late_switch(monkeypatch):
 @pytest.mark.parametrize("d,causal,n_ntiles,expected", [
     (64, False, 4, "early"), (128, False, 8, "early"), (128, False, 128, "early"),
     (64, True, 8, "late"), (64, True, 5, "late"), (64, True, 4, "two-pass"),
-    (64, True, 9, "early"), (128, True, 8, "two-pass"), (128, True, 32, "early")])
+    (64, True, 9, "early"), (128, True, 8, "early"), (128, True, 4, "early"),
+    (128, True, 32, "early")])
 def test_one_pass_rule(d, causal, n_ntiles, expected):
-    """Where one pass measured ahead (session 14): everywhere but causal with at most 8 work
-    items per head, where d=64 takes the late reductions (two passes with at most 4) and
-    d=128 two passes."""
+    """Where one pass measured ahead (sessions 14 and 16): everywhere but d=64 causal with at
+    most 8 work items per head, which takes the late reductions (two passes with at most 4)."""
     assert bwd_hopper.one_pass(d, causal, n_ntiles) == expected
 
 
@@ -200,14 +200,16 @@ def test_dq_mode_switch(monkeypatch):
 @pytest.mark.parametrize("shape,causal,deterministic,expected", [
     ((2, 1024, 8, 2, 128), False, False, "+dQ"),
     ((2, 1024, 8, 8, 64), True, False, "+dQ late"),
-    ((2, 1024, 8, 2, 128), True, False, None),
+    ((2, 512, 8, 8, 64), True, False, None),
+    ((2, 1024, 8, 2, 128), True, False, "+dQ"),
     ((1, 2048, 4, 4, 128), True, False, "+dQ"),
     ((2, 1024, 8, 2, 128), False, True, None)],
-    ids=["d128-full", "d64-causal-1k", "d128-causal-1k", "d128-causal-2k", "deterministic"])
+    ids=["d128-full", "d64-causal-1k", "d64-causal-512", "d128-causal-1k", "d128-causal-2k",
+         "deterministic"])
 def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic, expected):
     """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
     says so (no dQ kernel runs then), with the late reductions at d=64 causal 1k;
-    ``deterministic=True`` and d=128 causal 1k run two passes. Gradients within budget; the
+    ``deterministic=True`` and d=64 causal 512 run two passes. Gradients within budget; the
     second call of each signature replays its launch plan (the accumulator zeroed by the
     preprocess and the final copy included) and gives the same gradients bit for bit only in
     two passes (one pass sums in arrival order), within budget either way."""

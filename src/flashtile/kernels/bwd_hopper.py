@@ -478,9 +478,17 @@ def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
     -7%). Out of sample (session 14, 512/2k/8k, this rule against two passes): +6% to +9% at
     2k/8k unmasked, +1% to +6% causal; at 512 (host-bound: the same code measured 15-20%
     apart in two calls) d=64 causal's late pass lost in both calls (145 and 130 TFLOP/s
-    against 163), so at most 4 items per head takes two passes there."""
-    if causal and n_ntiles <= 8:
-        return "late" if d <= 64 and n_ntiles > 4 else "two-pass"
+    against 163), so at most 4 items per head takes two passes there.
+
+    Session 16 timed the kernels themselves (profiler sums per forward+backward, which the
+    host cannot stretch; two default runs bracketing each variant within 1%): at d=128 causal
+    the early one pass took the backward's kernels from 477 to 463 us at 512 and from 657-662
+    to 648 us at 1k (-3%/-2%), the late one 469/660. At d=64 causal it lost: 495 against 480
+    us at 512, and the early pass 747 against 742 at 1k (the late one, the rule there, 742).
+    So d=128 causal takes the early pass at every length; session 14's loss there was read
+    from host-bound wall times."""
+    if causal and n_ntiles <= 8 and d <= 64:
+        return "late" if n_ntiles > 4 else "two-pass"
     return "early"
 
 
