@@ -195,7 +195,10 @@ def graph_bench(kernel_call, quantiles):
     host's time enters the measurement, and for calls of tens of microseconds it decides the
     pick (session 15: d=64 causal 512 picked 128x128/8w/3s, 131 TFLOP/s, where 64x64/4w/3s
     measured 208). Replays time the kernel alone (without the flush: the K/V of such calls fit
-    in L2 anyway)."""
+    in L2 anyway). Measured (session 16, H200, each run autotuning with an empty cache): the
+    picks at d=64 causal 512/1k were the same in both rounds, where Triton's timer picked
+    differently in each; forward 512 +28% and forward+backward 512 +20%/+24% against its
+    picks."""
     # (the timer runs on a stream of its own, which would not wait for the call's inputs, e.g.
     # D from the preprocess kernel; it synchronises when done)
     torch.cuda.synchronize()
