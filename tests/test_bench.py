@@ -311,3 +311,76 @@ def test_flashtile_rows_record_the_configs_its_kernels_ran():
         assert list(provider.launched_configs(fwd_only, device)) == ["fwd"]
     finally:
         flashtile.set_backend(None)
+
+
+def test_kernel_times_on_cpu_is_a_note_and_no_numbers(tmp_path):
+    """``--kernel-times`` off CUDA: the run still works, says why there is nothing, and writes
+    no kernel times (none made up)."""
+    argv = TINY + ["--kernel-times", "--causal", "no", "--mode", "fwd", "--providers", "eager"]
+    status, data = bench(argv, tmp_path)
+    assert status == 0
+    assert any("--kernel-times" in note for note in data["meta"]["notes"])
+    row = data["results"][0]
+    assert row["status"] == "ok" and row["ms"] is not None
+    assert row["kernel_ms"] is None and row["kernel_tflops"] is None
+    assert row["vs_cudnn_kernels"] is None
+
+
+def test_kernel_time_ratio_and_summary():
+    """With kernel times on both sides, the subject's ratio to cuDNN's kernels is cuDNN's
+    kernel time over its own (> 1: its kernels are faster), next to the wall-time ratio, and
+    the summary reports its geomean and minimum."""
+    from flashtile.bench import report
+
+    case = BenchCase(batch=1, seqlen=512, nheads=8, nheads_kv=8, headdim=64, causal=True,
+                     dtype="bf16", mode="fwdbwd")
+    other = BenchCase(batch=1, seqlen=1024, nheads=8, nheads_kv=8, headdim=64, causal=True,
+                      dtype="bf16", mode="fwdbwd")
+    rows = runner.add_ratios([
+        runner.Measurement("flashtile", case, "ok", ms=0.80, kernel_ms=0.64),
+        runner.Measurement("sdpa-cudnn", case, "ok", ms=0.65, kernel_ms=0.60),
+        runner.Measurement("flashtile", other, "ok", ms=1.00, kernel_ms=0.90),
+        runner.Measurement("sdpa-cudnn", other, "ok", ms=0.90, kernel_ms=None)])
+    mine = rows[0]
+    assert mine.vs_cudnn == pytest.approx(0.65 / 0.80)
+    assert mine.vs_cudnn_kernels == pytest.approx(0.60 / 0.64)
+    assert mine.kernel_tflops == pytest.approx(case.flops / 0.64e-3 / 1e12)
+    assert rows[2].vs_cudnn_kernels is None           # (no kernel time on cuDNN's side)
+    summary = report.subject_summary(rows, "flashtile")
+    assert summary[0]["vs_cudnn_kernels"]["points"] == 1
+    assert summary[0]["vs_cudnn_kernels"]["geomean"] == pytest.approx(0.60 / 0.64)
+    assert summary[0]["vs_cudnn"]["points"] == 2
+    assert any("kernels alone" in line for line in report.summary_lines(summary))
+
+
+def test_device_us_sums_gpu_events_only():
+    """The kernel time of a profile counts events that ran on the GPU, nothing on the host."""
+    from types import SimpleNamespace
+
+    from flashtile.bench.timing import device_us
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = [SimpleNamespace(device_type=cuda, device_time_total=120.0),
+              SimpleNamespace(device_type=cuda, device_time_total=30.5),
+              SimpleNamespace(device_type=cpu, device_time_total=999.0),
+              SimpleNamespace(device_type=cuda, device_time_total=0.0)]
+    assert device_us(events) == pytest.approx(150.5)
+
+
+@pytest.mark.gpu
+def test_kernel_times_on_gpu(tmp_path):
+    """On a GPU every timed row has a kernel time, which excludes the host's launch path, so it
+    cannot exceed the call's wall time by more than timing noise."""
+    argv = ["--device", "cuda", "--seqlens", "512", "--headdims", "64", "--nheads", "4",
+            "--batch", "2", "--causal", "yes", "--mode", "fwd", "fwdbwd", "--dtype", "fp16",
+            "--providers", "flashtile,cudnn", "--kernel-times", "--no-plot"]
+    status, data = bench(argv, tmp_path)
+    assert status == 0
+    for row in data["results"]:
+        if row["status"] != "ok":
+            continue
+        assert 0 < row["kernel_ms"] <= 1.1 * row["ms"], row
+    mine = [r for r in data["results"] if r["provider"] == "flashtile" and r["status"] == "ok"]
+    assert mine and all(r["vs_cudnn_kernels"] is not None for r in mine
+                        if any(o["provider"] == "sdpa-cudnn" and o["status"] == "ok"
+                               and o["mode"] == r["mode"] for o in data["results"]))

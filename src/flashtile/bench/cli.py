@@ -19,6 +19,7 @@ examples:
   flashtile bench --headdims 96,256 --gqa 8 --providers flashtile,cudnn,fa4
   flashtile bench --seqlens 65536 --batch 1 --nheads 16 --headdims 128 \\
                   --mode fwdbwd --causal no --memory --providers flashtile,cudnn,flash,eager
+  flashtile bench --seqlens 512,1k --kernel-times   # kernels alone beside the full call
   flashtile bench --list-providers
 
 providers: flashtile, sdpa-cudnn (cudnn), sdpa-flash (flash), sdpa-efficient (efficient),
@@ -161,6 +162,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="measurement time per point in ms (default 100)")
     what.add_argument("--memory", action="store_true",
                       help="also report peak extra GPU memory per call")
+    what.add_argument("--kernel-times", action="store_true",
+                      help="also time each call's GPU work alone (its kernels' summed device "
+                           "times, torch profiler): where the host bounds a call (short "
+                           "sequences) this separates the kernels from the launch path")
     what.add_argument("--check-only", action="store_true",
                       help="check every provider against the reference, time nothing")
     what.add_argument("--list-providers", action="store_true",
@@ -266,8 +271,11 @@ def resolve_config(args) -> Config:
                           f"{', '.join(P.PROVIDERS)}")
     if args.memory and device.type != "cuda":
         notes.append("--memory measures CUDA allocations only; nothing to report on CPU")
+    if args.kernel_times and device.type != "cuda":
+        notes.append("--kernel-times reads CUDA kernels' device times; nothing to report on CPU")
     options = RunOptions(device=device, providers=names, warmup_ms=args.warmup, rep_ms=args.rep,
-                         memory=args.memory, check_only=args.check_only)
+                         memory=args.memory, check_only=args.check_only,
+                         kernel_times=args.kernel_times)
     preset = "quick" if quick else ("full" if args.full else "custom")
     return Config(spec=spec, options=options, subject=subject, preset=preset,
                   notes=tuple(notes))

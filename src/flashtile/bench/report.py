@@ -78,7 +78,9 @@ def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
         "argv": sys.argv,
         "options": cli_options,
         "flop_convention": FLOP_CONVENTION,
-        "timing": f"{timing}, warmup {options.warmup_ms:g} ms, rep {options.rep_ms:g} ms",
+        "timing": f"{timing}, warmup {options.warmup_ms:g} ms, rep {options.rep_ms:g} ms"
+                  + ("; kernel_ms: summed device times of 5 calls (torch profiler)"
+                     if options.kernel_times and options.device.type == "cuda" else ""),
         "check_rule": CHECK_RULE,
         "providers": {name: PROVIDERS[name].description for name in options.providers},
         "grid": asdict(spec),
@@ -135,6 +137,8 @@ def format_tflops(value: float) -> str:
 def _cell(m: Measurement, best: bool, memory: bool) -> str:
     if m.status == "ok":
         text = f"{format_tflops(m.tflops)}\n[dim]{m.ms:.3f} ms[/]"
+        if m.kernel_ms is not None:
+            text += f"\n[magenta]kernels {m.kernel_ms:.3f} ms[/]"
         if memory and m.peak_memory is not None:
             text += f"\n[cyan]{_format_bytes(m.peak_memory)}[/]"
         return f"[bold green]{text}[/]" if best else text
@@ -209,7 +213,8 @@ def build_tables(measurements: list[Measurement], options: RunOptions, subject: 
 
 def subject_summary(measurements: list[Measurement], subject: str) -> list[dict]:
     """Per (mode, dtype, GQA): the subject's worst and geometric-mean ratio to cuDNN and to the
-    best other provider over the points where both were timed (issue 7's gate is min >= 1)."""
+    best other provider over the points where both were timed (issue 7's gate is min >= 1);
+    with kernel times, also to cuDNN's kernels alone."""
     summary = []
     groups: dict[tuple, list[Measurement]] = {}
     for m in measurements:
@@ -217,7 +222,8 @@ def subject_summary(measurements: list[Measurement], subject: str) -> list[dict]
             groups.setdefault(group_key(m.case), []).append(m)
     for (mode, dtype, gqa), mine in groups.items():
         row = {"provider": subject, "mode": mode, "dtype": dtype, "gqa": gqa}
-        for field_name, label in (("vs_cudnn", "vs_cudnn"), ("vs_best_other", "vs_best_other")):
+        for field_name, label in (("vs_cudnn", "vs_cudnn"), ("vs_best_other", "vs_best_other"),
+                                  ("vs_cudnn_kernels", "vs_cudnn_kernels")):
             points = [m for m in mine if getattr(m, field_name) is not None]
             if not points:
                 continue
@@ -234,7 +240,8 @@ def summary_lines(summary: list[dict]) -> list[str]:
     lines = []
     for row in summary:
         gqa = "" if row["gqa"] == 1 else f" hq/hkv={row['gqa']}"
-        for key, name in (("vs_cudnn", "cuDNN"), ("vs_best_other", "the best other")):
+        for key, name in (("vs_cudnn", "cuDNN"), ("vs_best_other", "the best other"),
+                          ("vs_cudnn_kernels", "cuDNN, kernels alone")):
             if key in row:
                 r = row[key]
                 lines.append(f"{row['provider']} {row['mode']} {row['dtype']}{gqa} vs {name}: "

@@ -14,7 +14,7 @@ import torch
 from .cases import BenchCase
 from .check import Checker, CheckResult
 from .providers import CUDNN, GIB, PROVIDERS, Provider
-from .timing import make_timed_call, median_ms, peak_extra_memory
+from .timing import kernel_ms, make_timed_call, median_ms, peak_extra_memory
 
 # Leave room for the inputs and the allocator when judging whether S and P fit.
 FREE_MEMORY_FRACTION = 0.9
@@ -28,6 +28,7 @@ class RunOptions:
     rep_ms: float = 100.0
     memory: bool = False
     check_only: bool = False
+    kernel_times: bool = False
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class Measurement:
 
     ``status``: ``ok`` (checked and timed), ``checked`` (``--check-only``), ``WRONG``, ``n/a``
     or ``error``. The ratios compare TFLOP/s at the same point (> 1: this provider is faster).
+    ``kernel_ms`` (``--kernel-times``): the GPU's time alone (:func:`.timing.kernel_ms`), and
+    ``vs_cudnn_kernels`` the same ratio as ``vs_cudnn`` from those times.
     """
 
     provider: str
@@ -49,6 +52,8 @@ class Measurement:
     vs_best_other: float | None = None
     vs_cudnn: float | None = None
     configs: dict | None = None
+    kernel_ms: float | None = None
+    vs_cudnn_kernels: float | None = None
 
     @property
     def tflops(self) -> float | None:
@@ -56,12 +61,19 @@ class Measurement:
             return None
         return self.case.flops / (self.ms * 1e-3) / 1e12
 
+    @property
+    def kernel_tflops(self) -> float | None:
+        if not self.kernel_ms:
+            return None
+        return self.case.flops / (self.kernel_ms * 1e-3) / 1e12
+
     def as_dict(self) -> dict:
         row = {"provider": self.provider, **self.case.as_dict(), "status": self.status,
                "reason": self.reason, "ms": self.ms, "tflops": self.tflops,
                "peak_memory_bytes": self.peak_memory, "best_other": self.best_other,
                "vs_best_other": self.vs_best_other, "vs_cudnn": self.vs_cudnn,
-               "configs": self.configs}
+               "configs": self.configs, "kernel_ms": self.kernel_ms,
+               "kernel_tflops": self.kernel_tflops, "vs_cudnn_kernels": self.vs_cudnn_kernels}
         row["check"] = self.check.as_dict() if self.check is not None else None
         return row
 
@@ -104,8 +116,10 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measureme
                 call = make_timed_call(provider, case, device)
                 memory = peak_extra_memory(call, device) if options.memory else None
                 ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
+                kernels = kernel_ms(call, device) if options.kernel_times else None
             return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory,
-                               configs=provider.launched_configs(case, device))
+                               configs=provider.launched_configs(case, device),
+                               kernel_ms=kernels)
         except Exception as exc:  # reported, never raised
             reason = provider.explain_failure(exc, [str(w.message) for w in caught])
             status = "n/a" if reason is not None else "error"
@@ -133,7 +147,8 @@ def measure(provider: Provider, case: BenchCase, checker: Checker,
 
 
 def add_ratios(measurements: list[Measurement]) -> list[Measurement]:
-    """Fill ``best_other``, ``vs_best_other`` and ``vs_cudnn`` from the timed results."""
+    """Fill ``best_other``, ``vs_best_other``, ``vs_cudnn`` and (with kernel times on both
+    sides) ``vs_cudnn_kernels`` from the timed results."""
     by_case: dict[BenchCase, list[Measurement]] = {}
     for m in measurements:
         if m.status == "ok":
@@ -145,8 +160,11 @@ def add_ratios(measurements: list[Measurement]) -> list[Measurement]:
         if others:
             best = max(others, key=lambda o: o.tflops)
             cudnn = next((o for o in others if o.provider == CUDNN), None)
+            kernels = (cudnn.kernel_ms / m.kernel_ms
+                       if cudnn and cudnn.kernel_ms and m.kernel_ms else None)
             m = replace(m, best_other=best.provider, vs_best_other=m.tflops / best.tflops,
-                        vs_cudnn=m.tflops / cudnn.tflops if cudnn else None)
+                        vs_cudnn=m.tflops / cudnn.tflops if cudnn else None,
+                        vs_cudnn_kernels=kernels)
         result.append(m)
     return result
 

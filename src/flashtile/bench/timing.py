@@ -11,6 +11,9 @@ includes accumulating into an old ``.grad``.
 On a GPU the time is the median of ``triton.testing.do_bench`` (which also flushes the L2 cache
 between calls); on CPU the median of ``time.perf_counter`` over repeats.
 
+:func:`kernel_ms` (``flashtile bench --kernel-times``) is the GPU's share of a call alone: its
+kernels' summed device times, without the host's launch path.
+
 :func:`cold_clean_ms` is for memory-bound calls of a few tens of microseconds (decoding):
 do_bench flushes the L2 by *writing* 256 MB, and the timed call then pays the write-back of the
 up to 60 MB of dirty lines (H200) that flush leaves, ~15 us at 4 TB/s. Measured on the H200
@@ -146,6 +149,35 @@ def _cpu_median_ms(call: TimedCall, warmup_ms: float, rep_ms: float,
         call.fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
+
+
+def kernel_ms(call: TimedCall, device: torch.device, reps: int = 5) -> float | None:
+    """GPU time of one call in milliseconds: the sum of its kernels', copies' and memsets'
+    device times (torch profiler, mean of ``reps`` calls). The host's launch path and the gaps
+    it leaves are not in it, so where a call is bound by the host (short sequences: the
+    H200's host spends 0.3-0.6 ms per flashtile forward+backward, docs/perf.md session 16)
+    this reads the kernels apart from :func:`median_ms`. None off CUDA."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    _clear_grads(call.grad_to_none)
+    call.fn()                                   # (warm: allocator, plans)
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            _clear_grads(call.grad_to_none)
+            call.fn()
+        _sync(device)
+    _clear_grads(call.grad_to_none)
+    return device_us(prof.key_averages()) / reps / 1e3
+
+
+def device_us(averages) -> float:
+    """Total device microseconds of a profile's averaged events (``key_averages()``): every
+    event that ran on the GPU."""
+    return sum(ev.device_time_total for ev in averages
+               if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0)
 
 
 def peak_extra_memory(call: TimedCall, device: torch.device) -> int | None:
