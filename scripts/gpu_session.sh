@@ -152,10 +152,11 @@ PY
         --mode fwd,fwdbwd --providers flashtile,cudnn --no-plot --out "$OUT/bench-gqa" 2>&1 \
         | tee "$OUT/bench-gqa.log" | tail -20 ;;
     full)   # the issue-7 grid; one head dim per call fits the 10-minute limit (session 8):
-      # FULL_HEADDIMS=128, then 64
+      # FULL_HEADDIMS=128, then 64; FULL_ARGS: more bench options (e.g. --kernel-times)
       name=bench-full-d$(echo ${FULL_HEADDIMS:-all} | tr , -)    # (no commas in names)
       python3 -m flashtile bench --full --headdims ${FULL_HEADDIMS:-64,128} \
-        --providers flashtile,cudnn,flash --out "$OUT/$name" 2>&1 | tee "$OUT/$name.log" \
+        --providers flashtile,cudnn,flash ${FULL_ARGS:-} --out "$OUT/$name" 2>&1 \
+        | tee "$OUT/$name.log" \
         | tail -80 ;;
     long)
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
