@@ -41,6 +41,21 @@ def assert_grads_within(label: str, grads, ref, same) -> None:
         assert_within_budget(name + label, g, r, s, FLOOR[g.dtype] * (4 if name != "dv" else 1))
 
 
+@pytest.mark.parametrize("d,seqlen,group", [(64, 1024, 1), (64, 4096, 8), (128, 512, 8)])
+def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
+    """The dK/dV kernel's causal order runs in chunks of 1 up to
+    :data:`bwd_hopper.SINGLE_UPTO` work items per head (d=64: 8, so 1k keys; d=128: never),
+    else 8. Runs on the CPU: the launch is captured, not made."""
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
+    q, k, v, dout = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, 2, seqlen)
+    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
+    ((role, _, meta),) = seen
+    assert role == "dkdv" and meta["CAUSAL"] and meta["GROUP"] == group
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-per-item", "one-per-sm"])
 def test_kv_buffers_follow_the_grid(monkeypatch, persistent):
     """Each consumer keeps two K/V buffers only when a program has a next item to load ahead

@@ -58,10 +58,9 @@ import torch
 from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
-
-from triton.experimental.gluon.language._core import builtin
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
@@ -71,6 +70,11 @@ from .common import getenv, gluon_switch_on
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
 _CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
+
+# Work items per KV head up to which the causal order of key tiles runs in chunks of 1
+# (:func:`.fwd_hopper.causal_group`), by head dim: d=64 up to 8 (chunks of 8 lost 6% at 1k,
+# session 13); never at d=128 (chunks of 1 lost 5% at 1k, 512 within its noise, session 15).
+SINGLE_UPTO = {64: 8, 128: 0}
 
 
 @builtin
@@ -563,9 +567,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
-             # (chunks of 1 up to 8 items per head at d=64: chunks of 8 lost 6% at 1k, session
-             # 13; never at d=128: chunks of 1 lost 5% at 1k, 512 within its noise, session 15)
-             GROUP=fwd_hopper.causal_group(n_ntiles, 8 if d == 64 else 0,
+             GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1),
