@@ -194,6 +194,44 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
     assert fwd_hopper.causal_group(8, rule[64]) == 3
 
 
+@pytest.mark.parametrize("d,causal,early", [(64, False, True), (64, True, True),
+                                             (128, False, False), (128, True, True)])
+def test_first_softmax_rule_by_head_dim_and_mask(monkeypatch, d, causal, early):
+    """S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128 without a
+    mask (:func:`fwd_hopper.early_s1`, measured per case). Runs on the CPU: the launch is
+    captured, not made."""
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_EARLY_S1", raising=False)
+    q, k, v = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 512))
+    ((role, _, meta),) = seen
+    assert role == "fwd" and meta["EARLY_S1"] == early
+
+
+def test_first_softmax_switch_and_bad_value(monkeypatch):
+    for value, early in (("1", True), ("0", False), ("auto", False), ("", False)):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_EARLY_S1", value)
+        assert fwd_hopper.early_s1(128, False) == early, value
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_EARLY_S1", "yes")
+    with pytest.raises(ValueError, match="must be 0, 1 or 'auto'"):
+        fwd_hopper.early_s1(64, True)
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64)])
+@pytest.mark.parametrize("early", ["0", "1"])
+def test_first_softmax_either_side_of_s1(gluon_calls, monkeypatch, shape, causal, dtype, early):
+    """Both schedules of an item's start (``FLASHTILE_GLUON_FWD_EARLY_S1``; causal items of
+    one tile take the branch without S_1): outputs and gradients within budget, and the
+    launch given the schedule asked for."""
+    launches = gluon_launches(monkeypatch)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_EARLY_S1", early)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    assert [meta["EARLY_S1"] for role, _, meta in launches if role == "fwd"] == [early == "1"]
+
+
 def test_o_leaves_through_p_only_when_it_must():
     """O is staged in a P buffer only for configs that do not fit apart and whose P buffer
     holds O: d=128's default (128 keys x 2 slots) does, d=64's and d=128's narrow config for

@@ -44,9 +44,11 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
     """The Gluon kernels compiled for sm_90a (forward, dK/dV in two passes and in one, dQ)
     do not get their wgmmas serialised by ptxas (its C75xx warnings, at most one wait per 4
     HGMMA): the regression that cost the forward its overlap in sessions 9-10
-    (kernels/fwd_hopper.py). None spills, except the one-pass dK/dV kernel at d=128 causal:
-    8 B of item-level scalars (88 B with two K/V buffers per consumer; kernels/bwd_hopper.py),
-    held under 128 B here. At d=64 1k keys make the grid persistent (two K/V buffers)."""
+    (kernels/fwd_hopper.py). None spills, except at d=128 causal the one-pass dK/dV kernel
+    (8 B of item-level scalars, 88 B with two K/V buffers per consumer; kernels/bwd_hopper.py),
+    held under 128 B here, and the forward with S_1 issued before the first softmax (12 B, 3
+    stores; measured 3-5.5% faster all the same, fwd_hopper.early_s1), held under 16 B. At
+    d=64 1k keys make the grid persistent (two K/V buffers)."""
     # (the script exits 1 on any spill: the one pass's allowance is checked below)
     seqlen = "512" if d == 128 else "1024"
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d), "--seqlen", seqlen,
@@ -57,7 +59,8 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
     for name in lines:
         line = lines[name]
         spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
-        assert spill <= (128 if name.endswith("(one pass)") and d == 128 else 0), line
+        allowed = {"gluon dkdv+dq (one pass)": 128, "gluon fwd (ws)": 16}.get(name, 0)
+        assert spill <= (allowed if d == 128 else 0), line
         assert "C75" not in line, line
         sass, waits = out.split(line, 1)[1].splitlines()[1:4:2]
         assert "HGMMA 0," not in sass, sass

@@ -15,7 +15,8 @@ kernel states it (FlashAttention-3's structure, written from its paper's descrip
   alone and discounts O while ``S_{j+2}`` computes (14 waits for 72 HGMMA, no spills). In
   session 11 only ``S_{j+1}`` overlapped the exp2 and row sums; the full overlap measured
   +3% to +6% at d=128 unmasked and +2% to +3% at d=64 unmasked, -3% to +1% causal
-  (session 12, branch ``gluon-fwd-overlap`` against main in one call);
+  (session 12, branch ``gluon-fwd-overlap`` against main in one call). An item's first
+  softmax overlaps ``S_1`` where that measured ahead (:func:`early_s1`);
 - **work items**: a program takes items ``program_id``, ``+ num_programs``, ... (128 query
   rows of one head each; causal: heaviest first, in snake order and in chunks of 8 tiles
   per head (:func:`causal_group`: +1% to +12% at d=128 up to 8k, session 13), see
@@ -278,6 +279,17 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
 
 
 @gluon.jit
+def _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem, P0: gl.constexpr,
+                   BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, O_IN_P: gl.constexpr):
+    """An item's first softmax (:func:`_softmax_tile` of S_0 into P buffer ``P0``), once the
+    previous item's O has left that consumer's second P buffer (``O_IN_P``)."""
+    if O_IN_P:
+        tma.store_wait(0)
+    return _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale, p_smem.index(P0),
+                         BLOCK_N, CAUSAL)
+
+
+@gluon.jit
 def _start(q_smem, k_smem, k_ready, it, first_row, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
            HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, s_layout: gl.constexpr,
            o_layout: gl.constexpr):
@@ -351,7 +363,8 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
              n_mtiles, n_work, qk_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr):
+             CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
+             EARLY_S1: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, half
     ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
     on get the causal mask), read from the ring in the loader's order. Writes those rows of
@@ -379,20 +392,23 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
                                                   HEAD_D, NUM_STAGES, s_layout, o_layout)
         s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
         mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
-        if O_IN_P:
-            tma.store_wait(0)           # (the previous item's O has left P's second buffer)
         more = w + step < n_work
         if n_tiles == 1 and more:       # S_0 was the last S to read this Q: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
-        m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
-                                        p_smem.index(P0), BLOCK_N, CAUSAL)
+        if not EARLY_S1:
+            m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
+                                             P0, BLOCK_N, CAUSAL, O_IN_P)
         # Per tile j (P_j in its buffer, S_{j+1} in flight): issue P_j V_j; wait for S_{j+1}
         # alone and run its softmax while P_j V_j computes (P_{j+1} into the other buffer);
         # issue S_{j+2}; wait for P_j V_j alone and discount O while S_{j+2} computes. So the
-        # warpgroup's CUDA-core work overlaps both of its products.
+        # warpgroup's CUDA-core work overlaps both of its products. ``EARLY_S1``: S_1 is
+        # issued before the first softmax, so that one overlaps a product too.
         if n_tiles > 1:
             s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES)
+            if EARLY_S1:
+                m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale,
+                                                 p_smem, P0, BLOCK_N, CAUSAL, O_IN_P)
             for j in range(n_tiles - 2):
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
                 mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)  # K_{j+1}
@@ -417,6 +433,9 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
             acc = _rescaled(acc, alpha, o_layout)
+        elif EARLY_S1:
+            m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
+                                             P0, BLOCK_N, CAUSAL, O_IN_P)
         j = n_tiles - 1
         acc = warpgroup_mma_wait(0, deps=(_pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc,
                                               it + j, NUM_STAGES),))
@@ -435,7 +454,7 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                       O_IN_P: gl.constexpr):
+                       O_IN_P: gl.constexpr, EARLY_S1: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
@@ -457,12 +476,12 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                     q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P)),
+                    O_IN_P, EARLY_S1)),
         (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
                     q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P)),
+                    O_IN_P, EARLY_S1)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
@@ -612,6 +631,22 @@ def causal_group(n_tiles: int, single_upto: int,
 SINGLE_UPTO = {64: 8, 128: 4}
 
 
+def early_s1(d: int, causal: bool) -> bool:
+    """Whether an item's S_1 is issued before its first softmax (the kernel's ``EARLY_S1``;
+    an item's start is otherwise bare, and short sequences have few tiles per item):
+    ``FLASHTILE_GLUON_FWD_EARLY_S1`` set to ``1``/``0`` forces it; unset or ``auto``, the
+    measured rule. Kernel time against S_1 after it (session 17, H200, bf16, profiler sums of
+    two alternating runs at 512/1k/4k): d=64 -1%/-4%/-2% unmasked and within 0.5% causal,
+    d=128 causal -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (S_0 and S_1 both live in the
+    registers that hold O's 128 columns there), so there it stays after."""
+    value = getenv("FLASHTILE_GLUON_FWD_EARLY_S1", "auto")
+    if value in ("", "auto"):
+        return causal or d < 128
+    if value not in ("0", "1"):
+        raise ValueError(f"FLASHTILE_GLUON_FWD_EARLY_S1 must be 0, 1 or 'auto', got {value!r}")
+    return value == "1"
+
+
 # An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the
 # compiler adds (344 B at the default configs)
 SHARED_BYTES = 227 * 1024 - 1024
@@ -645,5 +680,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
-             O_IN_P=o_in_p(block_m, block_n, stages, d)),
+             O_IN_P=o_in_p(block_m, block_n, stages, d),
+             EARLY_S1=early_s1(d, causal(params))),
         descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
