@@ -5,6 +5,7 @@ silently; these runs catch that."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -71,6 +72,17 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
 def test_host_overhead_times_the_host_path():
     out = _run("host_overhead.py", "--what", "fwd", "--calls", "5")
     assert re.search(r"fwd: \d+ us of host time per call", out), out
+
+
+def test_host_pieces_times_every_piece(tmp_path):
+    """scripts/host_pieces.py: every piece timed (median and each round), also as JSON."""
+    path = tmp_path / "pieces.json"
+    out = _run("host_pieces.py", "--calls", "2", "--rounds", "2", "--json", str(path))
+    times = json.loads(path.read_text())
+    assert "flashtile fwd+bwd" in times and "autograd.grad over a Python Function" in times
+    for name, runs in times.items():
+        assert len(runs) == 2 and all(t > 0 for t in runs), (name, runs)
+        assert re.search(rf"{re.escape(name)} +[\d.]+ us +\([\d. ]+\)", out), out
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")

@@ -1,0 +1,138 @@
+"""What a small attention step's host time is made of, on the machine this runs on.
+
+At short sequences a training step is bound by the host (docs/perf.md, session 16: on the
+H200's host a flashtile forward+backward took 337-790 us of host time against SDPA's 163-266).
+``scripts/host_overhead.py`` times the whole step and profiles its Python; this tool times the
+pieces a step is built from, each alone, in the same process, so that their costs on one host
+can be compared: an allocation, a one-kernel torch op, a Triton launch, the autograd engine
+with a C++ node and with a Python ``autograd.Function`` (whose backward runs on the engine's
+device thread and must take the GIL there), and the flashtile and SDPA steps themselves.
+
+    python3 scripts/host_pieces.py [--calls N] [--json PATH]
+
+On a GPU machine everything runs on the GPU; elsewhere on the CPU (there CPU tensors' backward
+runs on the calling thread and the kernels compute, so only the Python pieces mean much).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _touch(x_ptr):
+    """The smallest launch: one program storing one element."""
+    tl.store(x_ptr, tl.load(x_ptr))
+
+
+class _Identity(torch.autograd.Function):
+    """A Python autograd node that does nothing: what the engine costs around one."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def per_call_us(fn, calls: int, cuda: bool) -> float:
+    """Host time per call of ``fn`` (after a warm-up): the loop's wall time, ended before the
+    device finishes (tiny kernels: the device runs behind the host)."""
+    for _ in range(20):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    if cuda:
+        torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def pieces(dev: str) -> dict:
+    """name -> a call of that piece (the step's shape: (1, 128, 16, 128) bf16, causal)."""
+    import flashtile
+    from flashtile.autograd import _impl
+    from flashtile.interface import _flash_params
+    cuda = dev == "cuda"
+    shape = (1, 128, 16, 128)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    q, k, v = (torch.randn(shape, dtype=dtype, device=dev, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn(shape, dtype=dtype, device=dev)
+    x = torch.randn(4096, device=dev, requires_grad=True)
+    g = torch.randn(4096, device=dev)
+
+    def sdpa(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+            is_causal=True).transpose(1, 2)
+
+    params, backend = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    impl = _impl(backend, params)                  # (the Triton kernels on a GPU)
+    with torch.no_grad():
+        out, lse = impl.forward(q, k, v, params)
+
+    calls = {
+        "torch.empty (one buffer)": lambda: torch.empty(shape, dtype=dtype, device=dev),
+        "x * 2 (one torch kernel)": lambda: x.detach() * 2,
+        "autograd.grad over x * 2 (C++ node)": lambda: torch.autograd.grad(x * 2, x, g),
+        "autograd.grad over a Python Function": lambda: torch.autograd.grad(
+            _Identity.apply(x), x, g),
+        "flashtile fwd, no grad": lambda: flashtile.flash_attn_func(
+            q.detach(), k.detach(), v.detach(), causal=True),
+        "flashtile fwd": lambda: flashtile.flash_attn_func(q, k, v, causal=True),
+        "flashtile fwd+bwd": lambda: torch.autograd.grad(
+            flashtile.flash_attn_func(q, k, v, causal=True), (q, k, v), dout),
+        "flashtile backward alone (no autograd engine)": lambda: impl.backward(
+            dout, q.detach(), k.detach(), v.detach(), out, lse, params),
+        "sdpa fwd": lambda: sdpa(q, k, v),
+        "sdpa fwd+bwd": lambda: torch.autograd.grad(sdpa(q, k, v), (q, k, v), dout),
+    }
+    if cuda:
+        buf = torch.zeros(1, device=dev)
+        calls["Triton launch (one pointer)"] = lambda: _touch[(1,)](buf)
+    return calls
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="each piece is timed this often, in turn with the others; the "
+                        "median is reported (the host's speed drifts)")
+    p.add_argument("--json", help="also write {piece: [us per round]} here")
+    args = p.parse_args()
+    cuda = torch.cuda.is_available()
+    calls = pieces("cuda" if cuda else "cpu")
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(args.rounds):
+        for name, fn in calls.items():
+            times[name].append(per_call_us(fn, args.calls, cuda))
+    print(f"host time per call, median of {args.rounds} rounds of {args.calls} calls "
+          f"({torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}, "
+          f"triton {triton.__version__}, python {sys.version.split()[0]}):")
+    width = max(map(len, times))
+    for name, runs in times.items():
+        runs_text = " ".join(f"{t:.1f}" for t in runs)
+        print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(times, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
