@@ -44,6 +44,51 @@ class _Identity(torch.autograd.Function):
         return g
 
 
+class _LikeFlashtile(torch.autograd.Function):
+    """A Python node shaped like flashtile's (``autograd.FlashAttnFunction``) that launches no
+    kernel: q, k, v in; out and a non-differentiable LSE out (or out alone); five tensors
+    saved; dq, dk, dv back. ``materialize``: whether the engine fills the LSE's missing
+    gradient with zeros before the backward (its default)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, out, lse, with_lse: bool, materialize: bool):
+        ctx.set_materialize_grads(materialize)
+        ctx.save_for_backward(q, k, v, out, lse)
+        if not with_lse:
+            return out.view_as(out)
+        ctx.mark_non_differentiable(lse)
+        return out.view_as(out), lse.view_as(lse)
+
+    @staticmethod
+    def backward(ctx, dout, *_):
+        ctx.saved_tensors
+        return dout, dout, dout, None, None, None, None
+
+
+class _BackwardOnly(torch.autograd.Function):
+    """flashtile's backward kernels inside a Python node whose forward launches nothing (out
+    and LSE computed beforehand): the engine's cost around a real backward. ``seconds`` and
+    ``calls`` sum the time spent in the backward itself (on the engine's device thread)."""
+
+    seconds, calls = 0.0, 0
+
+    @staticmethod
+    def forward(ctx, q, k, v, out, lse, impl, params):
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.impl, ctx.params = impl, params
+        ctx.mark_non_differentiable(lse)
+        return out.view_as(out), lse.view_as(lse)
+
+    @staticmethod
+    def backward(ctx, dout, _):
+        q, k, v, out, lse = ctx.saved_tensors
+        start = time.perf_counter()
+        grads = ctx.impl.backward(dout, q, k, v, out, lse, ctx.params)
+        _BackwardOnly.seconds += time.perf_counter() - start
+        _BackwardOnly.calls += 1
+        return (*grads, None, None, None, None)
+
+
 def per_call_us(fn, calls: int, cuda: bool) -> float:
     """Host time per call of ``fn`` (after a warm-up): the loop's wall time, ended before the
     device finishes (tiny kernels: the device runs behind the host)."""
@@ -90,6 +135,14 @@ def pieces(dev: str) -> dict:
         "autograd.grad over x * 2 (C++ node)": lambda: torch.autograd.grad(x * 2, x, g),
         "autograd.grad over a Python Function": lambda: torch.autograd.grad(
             _Identity.apply(x), x, g),
+        "autograd.grad, a node like flashtile's": lambda: torch.autograd.grad(
+            _LikeFlashtile.apply(q, k, v, out, lse, True, True)[0], (q, k, v), dout),
+        "  ... without materialising LSE's gradient": lambda: torch.autograd.grad(
+            _LikeFlashtile.apply(q, k, v, out, lse, True, False)[0], (q, k, v), dout),
+        "  ... without LSE as an output": lambda: torch.autograd.grad(
+            _LikeFlashtile.apply(q, k, v, out, lse, False, True), (q, k, v), dout),
+        "autograd.grad over flashtile's backward alone": lambda: torch.autograd.grad(
+            _BackwardOnly.apply(q, k, v, out, lse, impl, params)[0], (q, k, v), dout),
         "flashtile fwd, no grad": lambda: flashtile.flash_attn_func(
             q.detach(), k.detach(), v.detach(), causal=True),
         "flashtile fwd": lambda: flashtile.flash_attn_func(q, k, v, causal=True),
@@ -114,6 +167,8 @@ def main() -> int:
                    help="each piece is timed this often, in turn with the others; the "
                         "median is reported (the host's speed drifts)")
     p.add_argument("--json", help="also write {piece: [us per round]} here")
+    p.add_argument("--trace", help="also write a torch-profiler trace (Chrome JSON, CPU and "
+                                   "GPU, every thread) of 20 flashtile forward+backward steps")
     args = p.parse_args()
     cuda = torch.cuda.is_available()
     calls = pieces("cuda" if cuda else "cpu")
@@ -128,9 +183,21 @@ def main() -> int:
     for name, runs in times.items():
         runs_text = " ".join(f"{t:.1f}" for t in runs)
         print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
+    print(f"  (inside the engine, flashtile's backward itself took "
+          f"{_BackwardOnly.seconds / max(_BackwardOnly.calls, 1) * 1e6:.1f} us per call)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(times, f, indent=1)
+    if args.trace:
+        from torch.profiler import ProfilerActivity, profile
+        step = calls["flashtile fwd+bwd"]
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities) as prof:
+            for _ in range(20):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+        prof.export_chrome_trace(args.trace)
     return 0
 
 
