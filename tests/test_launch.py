@@ -118,6 +118,30 @@ def test_forward_without_gradients_skips_the_autograd_function(monkeypatch):
     assert torch.equal(tracked.detach(), plain)
 
 
+def test_the_engine_materialises_no_lse_gradient(monkeypatch):
+    """LSE has no gradient, and the engine hands the backward None for it (no zero-filled
+    buffer, which cost an allocation and a kernel per step); the gradients are unchanged. A
+    backward with no gradient at all returns None for every input."""
+    seen = []
+    original = autograd.FlashAttnFunction.backward
+
+    def spy(ctx, dout, dlse):
+        seen.append((dout is None, dlse))
+        return original(ctx, dout, dlse)
+    monkeypatch.setattr(autograd.FlashAttnFunction, "backward", staticmethod(spy))
+    q, k, v = (torch.randn(1, 24, 2, 16, requires_grad=True) for _ in range(3))
+    out, lse, _ = flashtile.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    grads = torch.autograd.grad((out * out).sum(), (q, k, v))
+    assert seen == [(False, None)]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / 4          # (softmax scale 1/sqrt(16))
+    scores = scores.masked_fill(~torch.ones(24, 24, dtype=torch.bool).tril(), float("-inf"))
+    ref = torch.einsum("bhqk,bkhd->bqhd", scores.softmax(-1), v)
+    want = torch.autograd.grad((ref * ref).sum(), (q, k, v))
+    for got, exp in zip(grads, want):
+        torch.testing.assert_close(got, exp, atol=1e-5, rtol=1e-4)
+    assert original(None, None, None) == (None,) * 6
+
+
 def test_a_mask_that_needs_a_gradient_still_goes_through_autograd(monkeypatch):
     calls = _count_function_applies(monkeypatch)
     q, k, v = (torch.randn(1, 2, 24, 16) for _ in range(3))

@@ -280,3 +280,53 @@ def test_a_gluon_launch_is_a_plan_step(monkeypatch):
     assert (stream, n, lse_arg) == ("stream", 5, lse2)
     assert tma.base is q2 and (tma.shape, tma.strides, tma.padding) == ([8, 4], [4, 1], "zero")
     assert plans.gluon_configs == {"fwd": "gluon 8x4"}
+
+
+def test_a_replayed_gluon_launch_encodes_each_address_once(monkeypatch):
+    """A replayed Gluon launch calls Triton's C launcher itself, with each TMA descriptor
+    encoded once per tensor address (Triton's own wrapper, :func:`triton.backends.nvidia.
+    driver.wrap_handle_tensordesc`, encodes every one on every launch): the launcher gets
+    exactly the arguments that wrapper would give it, and a new address is encoded anew.
+    Encoding is stubbed (no GPU): it returns the address it was given."""
+    from types import SimpleNamespace
+
+    nv = pytest.importorskip("triton.backends.nvidia.driver")
+    from flashtile.kernels import plans
+
+    encoded = []
+
+    def encode(arg, meta):
+        encoded.append(arg.base.data_ptr())
+        return [("tensormap", arg.base.data_ptr(), meta["swizzle"]), *arg.shape, *arg.strides]
+    monkeypatch.setattr(nv, "make_tensordesc_arg", encode)
+    monkeypatch.setattr(plans, "make_tensordesc_arg", encode)
+    sent = []
+    signature = {"desc": "tensordesc<bf16[8,4]>", "LSE": "*fp32", "n": "i32"}
+    wrapper = nv.wrap_handle_tensordesc(lambda *a: sent.append(a), signature,
+                                        [{"swizzle": 128}])
+    launcher = SimpleNamespace(launch=wrapper, global_scratch_size=0, profile_scratch_size=0,
+                               launch_cooperative_grid=False, launch_pdl=True)
+    compiled = SimpleNamespace(function="fn", packed_metadata="meta", run=launcher)
+
+    def binder(*args, **kwargs):
+        return dict(zip(signature, args)), None, None
+    fake = SimpleNamespace(device_caches={0: (None,) * 4 + (binder,)},
+                           run=lambda *a, **kw: SimpleNamespace(result=lambda: compiled))
+    monkeypatch.setattr(plans, "driver", SimpleNamespace(active=SimpleNamespace(
+        get_current_device=lambda: 0, get_current_stream=lambda device: "stream")))
+    q, lse = torch.zeros(8, 4), torch.zeros(8)
+    desc = SimpleNamespace(shape=[8, 4], strides=[4, 1], padding="zero")
+    rec = plans.Recorder()
+    rec.add_gluon(fake, (2,), [desc], ((q, 8),), (lse, 5), {}, "fwd", "gluon 8x4")
+    made = rec.plan({"q": q, "lse": lse}, ("lse",), ("lse",))
+    assert made.launches[0].direct is not None
+    q2, q3 = torch.ones(8, 4), torch.ones(8, 4)
+    for tensor in (q2, q2, q3, q2):
+        (lse2,) = made.replay({"q": tensor}, torch.device("cpu"))
+        got, by_replays = sent.pop(), len(encoded)
+        wrapper(2, 1, 1, "stream", "fn", False, True, None, None, "meta", None, None, None,
+                plans.Tma(tensor, [8, 4], [4, 1], "zero"), lse2, 5)
+        del encoded[by_replays:]                    # (the wrapper encodes on every launch)
+        assert got == sent.pop()                    # as Triton's wrapper would have sent it
+        assert got[13] == ("tensormap", tensor.data_ptr(), 128) and got[-2] is lse2
+    assert encoded == [q2.data_ptr(), q3.data_ptr()]          # each address once

@@ -38,6 +38,11 @@ from triton.runtime import driver
 
 from .common import TunedLaunch, alloc, getenv, interpreting
 
+try:        # (Triton's per-launch TMA descriptor encoding; see _direct_launch)
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+except ImportError:
+    make_tensordesc_arg = None
+
 MAX_PLANS = 256
 
 
@@ -315,6 +320,8 @@ class _GluonLaunch:
         compiled = kernel.run(*descriptors, *args, grid=grid, warmup=True, **meta)
         self.kernel = compiled.result() if hasattr(compiled, "result") else compiled
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
+        self.direct = _direct_launch(self.kernel.run)
+        self.expanded: dict = {}                      # (position, address) -> launcher args
 
     def __call__(self, tensors: dict, stream) -> None:
         gluon_configs[self.role] = self.label
@@ -324,7 +331,49 @@ class _GluonLaunch:
         for i, name in self.places:
             values[i] = tensors[name]
         k = self.kernel
-        k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
+        if self.direct is None:
+            k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
+            return
+        launch, coop, pdl, metas = self.direct
+        flat = [*self.grid, stream, k.function, coop, pdl, None, None, k.packed_metadata, None,
+                None, None]
+        for i, value in enumerate(values):
+            if i not in metas:
+                flat.append(value)
+                continue
+            key = (i, value.base.data_ptr())
+            args = self.expanded.get(key)
+            if args is None:
+                if len(self.expanded) >= 64:          # (addresses seen: few in a loop)
+                    self.expanded.clear()
+                args = self.expanded[key] = make_tensordesc_arg(value, metas[i])
+            flat.extend(args)
+        launch(*flat)
+
+
+def _direct_launch(launcher):
+    """How to call Triton's compiled launcher ``launcher`` (a kernel's ``run``) without its
+    per-launch TMA descriptor expansion, or None to keep its own path. Triton 3.6 wraps the C
+    launcher of a kernel with descriptor parameters in a function that encodes every
+    descriptor anew on each launch (``make_tensordesc_arg``: one ``cuTensorMapEncodeTiled``
+    each, ~5 us on the H200's host; a planned forward+backward has 11). A replay's descriptors
+    differ only by their tensor's address (shape, strides and padding are the plan's), so
+    :class:`_GluonLaunch` keeps each encoded one by address: in a loop the caching allocator
+    hands back the same blocks. Returns ``(C launcher, cooperative, pdl, {parameter position:
+    descriptor metadata})``; None when the launcher is not built that way (another Triton, a
+    stand-in on the CPU) or needs scratch memory allocated per launch."""
+    wrapper = getattr(launcher, "launch", None)
+    closure = getattr(wrapper, "__closure__", None)
+    if closure is None or make_tensordesc_arg is None:
+        return None
+    names = dict(zip(wrapper.__code__.co_freevars, (c.cell_contents for c in closure)))
+    if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= names.keys():
+        return None
+    if (getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)
+            or None in names["tensordesc_meta"]):
+        return None
+    metas = dict(zip(sorted(names["tensordesc_indices"]), names["tensordesc_meta"]))
+    return (names["launcher"], launcher.launch_cooperative_grid, launcher.launch_pdl, metas)
 
 
 def clear() -> None:
