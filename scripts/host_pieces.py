@@ -67,10 +67,10 @@ class _LikeFlashtile(torch.autograd.Function):
 
 class _BackwardOnly(torch.autograd.Function):
     """flashtile's backward kernels inside a Python node whose forward launches nothing (out
-    and LSE computed beforehand): the engine's cost around a real backward. ``seconds`` and
-    ``calls`` sum the time spent in the backward itself (on the engine's device thread)."""
+    and LSE computed beforehand): the engine's cost around a real backward. ``seconds``: the
+    time of each call of the backward itself (on the engine's device thread)."""
 
-    seconds, calls = 0.0, 0
+    seconds: list[float] = []
 
     @staticmethod
     def forward(ctx, q, k, v, out, lse, impl, params):
@@ -84,9 +84,20 @@ class _BackwardOnly(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         start = time.perf_counter()
         grads = ctx.impl.backward(dout, q, k, v, out, lse, ctx.params)
-        _BackwardOnly.seconds += time.perf_counter() - start
-        _BackwardOnly.calls += 1
+        _BackwardOnly.seconds.append(time.perf_counter() - start)
         return (*grads, None, None, None, None)
+
+
+def _triton_encoding(step):
+    """``step()`` with replayed Gluon launches taking Triton's own launch path, which encodes
+    every TMA descriptor anew (``plans.direct_launches``); the piece before it keeps each
+    encoded one by address."""
+    from flashtile.kernels import plans
+    plans.direct_launches = False
+    try:
+        return step()
+    finally:
+        plans.direct_launches = True
 
 
 def per_call_us(fn, calls: int, cuda: bool) -> float:
@@ -148,6 +159,9 @@ def pieces(dev: str) -> dict:
         "flashtile fwd": lambda: flashtile.flash_attn_func(q, k, v, causal=True),
         "flashtile fwd+bwd": lambda: torch.autograd.grad(
             flashtile.flash_attn_func(q, k, v, causal=True), (q, k, v), dout),
+        "  ... Triton encoding every TMA descriptor per launch": lambda: _triton_encoding(
+            lambda: torch.autograd.grad(flashtile.flash_attn_func(q, k, v, causal=True),
+                                        (q, k, v), dout)),
         "flashtile backward alone (no autograd engine)": lambda: impl.backward(
             dout, q.detach(), k.detach(), v.detach(), out, lse, params),
         "sdpa fwd": lambda: sdpa(q, k, v),
@@ -183,8 +197,9 @@ def main() -> int:
     for name, runs in times.items():
         runs_text = " ".join(f"{t:.1f}" for t in runs)
         print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
+    inside = sorted(_BackwardOnly.seconds)
     print(f"  (inside the engine, flashtile's backward itself took "
-          f"{_BackwardOnly.seconds / max(_BackwardOnly.calls, 1) * 1e6:.1f} us per call)")
+          f"{inside[len(inside) // 2] * 1e6:.1f} us per call, median of {len(inside)})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(times, f, indent=1)

@@ -78,6 +78,9 @@ def test_gpu_replays_equal_the_full_path(monkeypatch, name):
         for kernels in (fwd._PLANS, bwd._PLANS):
             newest = list(kernels.plans.values())[-1]
             assert any(isinstance(x, plans._GluonLaunch) for x in newest.launches)
+            # (and their replays call Triton's C launcher with descriptors kept by address)
+            assert all(x.direct is not None for x in newest.launches
+                       if isinstance(x, plans._GluonLaunch))
     got_b = fwd_bwd(*b, 2, **kw)                                 # replays with B's tensors
     again_a = fwd_bwd(*a, 1, **kw)
     for want, got in ((want_a, got_a), (want_b, got_b), (want_a, again_a)):

@@ -331,7 +331,7 @@ class _GluonLaunch:
         for i, name in self.places:
             values[i] = tensors[name]
         k = self.kernel
-        if self.direct is None:
+        if self.direct is None or not direct_launches:
             k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
             return
         launch, coop, pdl, metas = self.direct
@@ -349,6 +349,11 @@ class _GluonLaunch:
                 args = self.expanded[key] = make_tensordesc_arg(value, metas[i])
             flat.extend(args)
         launch(*flat)
+
+
+# Whether replayed Gluon launches may call Triton's C launcher themselves (_direct_launch);
+# False takes Triton's own path (scripts/host_pieces.py times both in one process).
+direct_launches = True
 
 
 def _direct_launch(launcher):
