@@ -167,7 +167,8 @@ PY
       # discarded warm-up, then AB_ROUNDS rounds alternating the main tree and each
       # .branches/<name> tree; AB_FRESH_CACHE=1 gives each run an empty Triton cache
       # (compiles and autotunes anew: the trees share kernel sources, so they would share
-      # autotuning results otherwise)
+      # autotuning results otherwise); AB_ENVS="A=1 B=2;C=3" adds variants of the main tree
+      # run with those variables (e.g. a kernel's switch or config), alternated the same way
       cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
         --mode ${AB_MODE:-fwdbwd} --headdims ${AB_HEADDIMS:-128} --seqlens ${AB_SEQLENS:-2k,8k} \
         --causal ${AB_CAUSAL:-both}}
@@ -184,7 +185,16 @@ PY
             && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") 2>&1 \
             | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
         done
-      done 2>&1 | tee "$OUT/ab.log" ;;
+        IFS=';' read -ra envs <<< "${AB_ENVS:-}"
+        for assignments in "${envs[@]}"; do
+          name=env-$(printf %s "$assignments" | tr -c 'A-Za-z0-9=,.-' '_')
+          echo "--- round $round: main with $assignments"
+          (export $assignments && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") \
+            2>&1 | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
+        done
+      done 2>&1 | tee "$OUT/ab.log"
+      # (each point by variant and round: kernel sums where the runs had --kernel-times)
+      python3 scripts/ab_table.py "$OUT/ab" 2>&1 | tee -a "$OUT/ab.log" ;;
     branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS
       # (default: gluon gluonfwd), or its own .branches/<name>/RUN (a bash snippet run in
       # the tree, e.g. `GLUON_SEQLENS=1k,4k bash scripts/gpu_session.sh gluon gluonbwd`),

@@ -155,3 +155,24 @@ def test_atomic_probe_adds_where_it_says():
             base = 0.0 if (mode == 2 and t in counts) else 0.5
             want = base + counts.get(t, 0) * tile
             assert torch.allclose(dq[t * rows:(t + 1) * rows], want), (mode, t)
+
+
+def test_ab_table_reads_kernel_sums_per_variant_and_round(tmp_path):
+    """scripts/ab_table.py: each point's time per variant and round (kernel sums where
+    recorded, do_bench's with --wall), and each variant's mean over main's."""
+    def run(name, ms, kernel_ms):
+        (tmp_path / name).mkdir()
+        row = dict(provider="flashtile", mode="fwd", d=128, causal=True, s=512, dtype="bf16",
+                   ms=ms, kernel_ms=kernel_ms)
+        other = dict(row, provider="sdpa-cudnn", ms=9.0, kernel_ms=9.0)
+        (tmp_path / name / "bench-1.json").write_text(json.dumps({"results": [row, other]}))
+    run("warm", 5.0, 5.0)
+    run("1-main", 0.200, 0.100)
+    run("2-main", 0.300, 0.100)
+    run("1-env-X=1", 0.250, 0.090)
+    run("2-env-X=1", 0.250, 0.080)
+    out = _run("ab_table.py", str(tmp_path))
+    assert "(kernel sums)" in out
+    assert "| fwd d=128 causal 512 bf16 | 100.0 / 100.0 | 90.0 / 80.0 | 0.850 |" in out, out
+    wall = _run("ab_table.py", str(tmp_path), "--wall")
+    assert "| fwd d=128 causal 512 bf16 | 200.0 / 300.0 | 250.0 / 250.0 | 1.000 |" in wall, wall

@@ -1,0 +1,72 @@
+"""The table of an A/B run (``scripts/gpu_session.sh ab``): each point's time per variant and
+round, and each variant's mean over main's.
+
+    python3 scripts/ab_table.py OUT/ab [--wall]
+
+``OUT/ab`` holds one folder per run, ``<round>-<variant>`` (``main``, a branch tree's name or
+``env-...``), each with the bench's JSON. Times are the kernels' profiler sums where the runs
+recorded them (``--kernel-times``: the host cannot stretch them), else do_bench's; ``--wall``
+always reads do_bench's. The warm-up run (folder ``warm``) is left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def load(folder: Path, wall: bool) -> tuple[dict, str]:
+    """{variant: {point: [µs per round, in round order]}} and the kind of time read."""
+    runs: dict = {}
+    kind = "do_bench"
+    for path in sorted(folder.glob("*/bench-*.json")):
+        match = re.fullmatch(r"(\d+)-(.+)", path.parent.name)
+        if match is None:
+            continue
+        variant = match.group(2)
+        for row in json.loads(path.read_text())["results"]:
+            if row.get("provider") != "flashtile" or row.get("ms") is None:
+                continue
+            ms = row["ms"] if wall or row.get("kernel_ms") is None else row["kernel_ms"]
+            if not wall and row.get("kernel_ms") is not None:
+                kind = "kernel sums"
+            point = (row["mode"], row["d"], "causal" if row["causal"] else "full", row["s"],
+                     row["dtype"])
+            runs.setdefault(variant, {}).setdefault(point, []).append(ms * 1e3)
+    return runs, kind
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", type=Path)
+    p.add_argument("--wall", action="store_true", help="do_bench's times even where kernel "
+                                                       "sums were recorded")
+    args = p.parse_args()
+    runs, kind = load(args.folder, args.wall)
+    if "main" not in runs:
+        print(f"no main runs under {args.folder}", file=sys.stderr)
+        return 1
+    others = [v for v in runs if v != "main"]
+    print(f"flashtile, µs ({kind}) per round; mean of each variant over main's")
+    header = ["point", "main", *others, *(f"{v} / main" for v in others)]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for point, base in runs["main"].items():
+        name = "{} d={} {} {} {}".format(*point)
+        cells = [" / ".join(f"{t:.1f}" for t in base)]
+        ratios = []
+        for variant in others:
+            times = runs[variant].get(point, [])
+            cells.append(" / ".join(f"{t:.1f}" for t in times) or "-")
+            ratios.append(f"{sum(times) / len(times) / (sum(base) / len(base)):.3f}"
+                          if times else "-")
+        print("| " + " | ".join([name, *cells, *ratios]) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
