@@ -374,11 +374,12 @@ def _direct_launch(launcher):
     names = dict(zip(wrapper.__code__.co_freevars, (c.cell_contents for c in closure)))
     if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= names.keys():
         return None
+    flags = [getattr(launcher, name, None) for name in ("launch_cooperative_grid", "launch_pdl")]
     if (getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)
-            or None in names["tensordesc_meta"]):
+            or None in flags or None in names["tensordesc_meta"]):
         return None
     metas = dict(zip(sorted(names["tensordesc_indices"]), names["tensordesc_meta"]))
-    return (names["launcher"], launcher.launch_cooperative_grid, launcher.launch_pdl, metas)
+    return (names["launcher"], *flags, metas)
 
 
 def clear() -> None:
