@@ -1,14 +1,14 @@
 """What a small attention step's host time is made of, on the machine this runs on.
 
-At short sequences a training step is bound by the host (docs/perf.md, session 16: on the
-H200's host a flashtile forward+backward took 337-790 us of host time against SDPA's 163-266).
+At short sequences a training step is bound by the host (docs/perf.md, sessions 16-17: on the
+H200's host a small flashtile forward+backward took 337-793 us of host time, SDPA's 163-266).
 ``scripts/host_overhead.py`` times the whole step and profiles its Python; this tool times the
 pieces a step is built from, each alone, in the same process, so that their costs on one host
 can be compared: an allocation, a one-kernel torch op, a Triton launch, the autograd engine
 with a C++ node and with a Python ``autograd.Function`` (whose backward runs on the engine's
 device thread and must take the GIL there), and the flashtile and SDPA steps themselves.
 
-    python3 scripts/host_pieces.py [--calls N] [--json PATH]
+    python3 scripts/host_pieces.py [--calls N] [--rounds R] [--json PATH] [--trace PATH]
 
 On a GPU machine everything runs on the GPU; elsewhere on the CPU (there CPU tensors' backward
 runs on the calling thread and the kernels compute, so only the Python pieces mean much).
@@ -61,7 +61,7 @@ class _LikeFlashtile(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, *_):
-        ctx.saved_tensors
+        ctx.saved_tensors                       # (unpacked, as flashtile's backward does)
         return dout, dout, dout, None, None, None, None
 
 
@@ -86,6 +86,17 @@ class _BackwardOnly(torch.autograd.Function):
         grads = ctx.impl.backward(dout, q, k, v, out, lse, ctx.params)
         _BackwardOnly.seconds.append(time.perf_counter() - start)
         return (*grads, None, None, None, None)
+
+
+def _two_parts(impl, params, q, k, v, dout):
+    """A forward+backward step built from the pieces above: the forward kernels without
+    autograd, then ``autograd.grad`` over :class:`_BackwardOnly`. Against "flashtile fwd+bwd"
+    (one ``FlashAttnFunction`` node, which saves its own outputs): what the sum of the parts
+    leaves out."""
+    with torch.no_grad():
+        out, lse = impl.forward(q, k, v, params)
+    return torch.autograd.grad(_BackwardOnly.apply(q, k, v, out, lse, impl, params)[0],
+                               (q, k, v), dout)
 
 
 def _triton_encoding(step):
@@ -154,6 +165,8 @@ def pieces(dev: str) -> dict:
             _LikeFlashtile.apply(q, k, v, out, lse, False, True), (q, k, v), dout),
         "autograd.grad over flashtile's backward alone": lambda: torch.autograd.grad(
             _BackwardOnly.apply(q, k, v, out, lse, impl, params)[0], (q, k, v), dout),
+        "  ... after a forward without grad (the step in two parts)": lambda: _two_parts(
+            impl, params, q, k, v, dout),
         "flashtile fwd, no grad": lambda: flashtile.flash_attn_func(
             q.detach(), k.detach(), v.detach(), causal=True),
         "flashtile fwd": lambda: flashtile.flash_attn_func(q, k, v, causal=True),

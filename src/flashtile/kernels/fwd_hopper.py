@@ -636,9 +636,10 @@ def early_s1(d: int, causal: bool) -> bool:
     an item's start is otherwise bare, and short sequences have few tiles per item):
     ``FLASHTILE_GLUON_FWD_EARLY_S1`` set to ``1``/``0`` forces it; unset or ``auto``, the
     measured rule. Kernel time against S_1 after it (session 17, H200, bf16, profiler sums of
-    two alternating runs at 512/1k/4k): d=64 -1%/-4%/-2% unmasked and within 0.5% causal,
-    d=128 causal -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (S_0 and S_1 both live in the
-    registers that hold O's 128 columns there), so there it stays after."""
+    two alternating runs at 512/1k/4k): d=64 unmasked -1%/-4%/-2%, d=128 causal
+    -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (no spills either way: why is not
+    established), so there it stays after. d=64 causal runs the tile-level forward by default
+    (:data:`AHEAD`); forced onto this kernel it takes d=64's early start, unmeasured."""
     value = getenv("FLASHTILE_GLUON_FWD_EARLY_S1", "auto")
     if value in ("", "auto"):
         return causal or d < 128
