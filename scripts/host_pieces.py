@@ -111,6 +111,21 @@ def _triton_encoding(step):
         plans.direct_launches = True
 
 
+@torch.library.custom_op("flashtile_pieces::identity", mutates_args=())
+def _op_identity(x: torch.Tensor) -> torch.Tensor:
+    """A ``torch.library`` custom op with its backward registered in Python: the dispatcher's
+    path around a Python backward, against a plain ``autograd.Function``. Its forward copies
+    (a custom op may not return its input), one torch kernel like ``x * 2``'s."""
+    return x.clone()
+
+
+def _op_identity_backward(ctx, g):
+    return g
+
+
+torch.library.register_autograd("flashtile_pieces::identity", _op_identity_backward)
+
+
 def per_call_us(fn, calls: int, cuda: bool) -> float:
     """Host time per call of ``fn`` (after a warm-up): the loop's wall time, ended before the
     device finishes (tiny kernels: the device runs behind the host)."""
@@ -157,6 +172,8 @@ def pieces(dev: str) -> dict:
         "autograd.grad over x * 2 (C++ node)": lambda: torch.autograd.grad(x * 2, x, g),
         "autograd.grad over a Python Function": lambda: torch.autograd.grad(
             _Identity.apply(x), x, g),
+        "autograd.grad over a torch.library custom op (Python backward)": lambda:
+            torch.autograd.grad(_op_identity(x), x, g),
         "autograd.grad, a node like flashtile's": lambda: torch.autograd.grad(
             _LikeFlashtile.apply(q, k, v, out, lse, True, True)[0], (q, k, v), dout),
         "  ... without materialising LSE's gradient": lambda: torch.autograd.grad(
