@@ -174,23 +174,23 @@ PY
         --causal ${AB_CAUSAL:-both}}
       echo "--- warm-up (discarded)"
       timeout 150 $cmd --out "$OUT/ab/warm" > /dev/null 2>&1
+      # one run: in tree $1 (a folder), named $2, with variables $3 ("A=1 B=2", may be empty)
+      ab_run() {
+        echo "--- round $round: $2"
+        (cd "$1" && export PYTHONPATH="$PWD/src:$PYTHONPATH" ${3:-} \
+          && { [ "${AB_FRESH_CACHE:-0}" = 1 ] \
+               && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$2; true; } \
+          && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$2") 2>&1 \
+          | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
+      }
+      IFS=';' read -ra envs <<< "${AB_ENVS:-}"
       for round in $(seq ${AB_ROUNDS:-2}); do
         for dir in . .branches/*/; do
           [ -d "$dir" ] || continue           # (no branch trees: the main tree alone)
-          name=$([ "$dir" = . ] && echo main || basename "$dir")
-          echo "--- round $round: $name"
-          (cd "$dir" && export PYTHONPATH="$PWD/src:$PYTHONPATH" \
-            && { [ "${AB_FRESH_CACHE:-0}" = 1 ] \
-                 && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$name; true; } \
-            && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") 2>&1 \
-            | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
+          ab_run "$dir" "$([ "$dir" = . ] && echo main || basename "$dir")"
         done
-        IFS=';' read -ra envs <<< "${AB_ENVS:-}"
         for assignments in "${envs[@]}"; do
-          name=env-$(printf %s "$assignments" | tr -c 'A-Za-z0-9=,.-' '_')
-          echo "--- round $round: main with $assignments"
-          (export $assignments && timeout ${AB_TIMEOUT:-150} $cmd --out "$OUT/ab/$round-$name") \
-            2>&1 | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
+          ab_run . "env-$(printf %s "$assignments" | tr -c 'A-Za-z0-9=,.-' '_')" "$assignments"
         done
       done 2>&1 | tee "$OUT/ab.log"
       # (each point by variant and round: kernel sums where the runs had --kernel-times)

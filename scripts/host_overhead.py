@@ -8,7 +8,7 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 over many calls, with a cProfile breakdown of the top functions.
 
     python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex|varlen] [--cache N] [--tma]
-        [--profile] [--gpu [--sdpa]] [--gluon] [--check-plans [decode|dense|gluon]]
+        [--profile] [--gpu] [--gluon] [--check-plans [decode|dense|gluon]]
 
 ``flex``: ``flex_attention`` forward+backward with a 50% random block mask; ``varlen``:
 ``flash_attn_varlen_func`` forward+backward over 4 packed sequences (512 tokens).
@@ -65,13 +65,8 @@ def main() -> int:
                    help="launches replayed from a plan (decode, flash_attn_func, varlen, flex, "
                         "the Gluon kernels) equal the ones the full path makes, over a set of "
                         "call variants; one part, or all")
-    p.add_argument("--sdpa", action="store_true",
-                   help="with --gpu and --what fwd/fwdbwd: the same step through torch's SDPA "
-                        "(its flash backend), the host time a user compares with")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
-    if args.sdpa and not (args.gpu and args.what in ("fwd", "fwdbwd")):
-        p.error("--sdpa needs --gpu (on the CPU SDPA computes) and --what fwd or fwdbwd")
 
     dev = "cuda" if args.gpu else "cpu"
     if not args.gpu:
@@ -127,16 +122,8 @@ def main() -> int:
                                requires_grad=True) for _ in range(3))
         dout = torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, device=dev)
 
-        def attention(q, k, v):
-            if not args.sdpa:
-                return flashtile.flash_attn_func(q, k, v, causal=True)
-            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                    is_causal=True).transpose(1, 2)
-
         def step():
-            out = attention(q, k, v)
+            out = flashtile.flash_attn_func(q, k, v, causal=True)
             if args.what == "fwdbwd":
                 # autograd.grad, not .backward: accumulating .grad on the host (bf16 CPU adds)
                 # is not part of a GPU call's host time and swamped it (4.8 ms on the H200 host)
@@ -154,8 +141,7 @@ def main() -> int:
         torch.cuda.synchronize()
         gpu_call = (time.perf_counter() - start) / args.calls
         print(f"(GPU: {gpu_call * 1e6:.0f} us per call until the device finished)")
-    name = f"{args.what} (sdpa)" if args.sdpa else args.what
-    print(f"{name}: {per_call * 1e6:.0f} us of host time per call "
+    print(f"{args.what}: {per_call * 1e6:.0f} us of host time per call "
           f"(triton {triton.__version__}, torch {torch.__version__})")
     if args.profile:
         prof = cProfile.Profile()

@@ -168,7 +168,7 @@ def test_dq_late_switch(monkeypatch):
     """``FLASHTILE_GLUON_BWD_DQ_LATE``: ``1``/``0`` force the late or early dQ reductions;
     unset or ``auto``: :func:`bwd_hopper.one_pass`'s choice; anything else refused."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "2")
-    with pytest.raises(ValueError, match="0, 1 or auto"):
+    with pytest.raises(ValueError, match="0, 1 or 'auto'"):
         bwd_hopper.dq_late(64, True, 8)
     for value in (None, "auto"):
         if value is None:

@@ -64,7 +64,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
-from .common import getenv, gluon_switch_on
+from .common import env_forced, gluon_switch_on
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
@@ -501,12 +501,8 @@ def dq_late(d: int, causal: bool, n_ntiles: int) -> bool:
     more in session 14, with two K/V buffers per consumer: d=64 8-32 B against 0 B, d=128
     204-280 B against 88-116 B).
     ``FLASHTILE_GLUON_BWD_DQ_LATE=1``/``=0`` forces it; unset or ``auto``: :func:`one_pass`."""
-    value = getenv("FLASHTILE_GLUON_BWD_DQ_LATE", "auto")
-    if value not in ("0", "1", "auto"):
-        raise ValueError(f"FLASHTILE_GLUON_BWD_DQ_LATE must be 0, 1 or auto, got {value!r}")
-    if value == "auto":
-        return one_pass(d, causal, n_ntiles) == "late"
-    return value == "1"
+    forced = env_forced("FLASHTILE_GLUON_BWD_DQ_LATE")
+    return one_pass(d, causal, n_ntiles) == "late" if forced is None else forced
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:

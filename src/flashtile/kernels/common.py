@@ -76,6 +76,17 @@ def getenv(name: str, default: str | None = None) -> str | None:
     return default if value is None else os.fsdecode(value)
 
 
+def env_forced(name: str) -> bool | None:
+    """A schedule switch that forces a measured rule either way: ``1`` True, ``0`` False,
+    unset, empty or ``auto`` None (the caller's rule decides); anything else a ValueError."""
+    value = getenv(name, "auto")
+    if value in ("", "auto"):
+        return None
+    if value not in ("0", "1"):
+        raise ValueError(f"{name} must be 0, 1 or 'auto', got {value!r}")
+    return value == "1"
+
+
 # The Gluon kernels for sm_90 (modules of this package): their switch, its default, and the
 # variable that overrides their config (sweeps). The dK/dV kernel is on by default (faster
 # than the tile-level one, docs/perf.md session 10); the forward is on where it measured ahead

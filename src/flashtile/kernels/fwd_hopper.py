@@ -80,7 +80,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
 from . import plans
-from .common import GLUON_SWITCHES, getenv, gluon_switch, gluon_switch_on, is_sm90, sm_count
+from .common import (GLUON_SWITCHES, env_forced, getenv, gluon_switch, gluon_switch_on, is_sm90,
+                     sm_count)
 
 LOG2E = 1.4426950408889634
 
@@ -640,12 +641,8 @@ def early_s1(d: int, causal: bool) -> bool:
     -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (no spills either way: why is not
     established), so there it stays after. d=64 causal runs the tile-level forward by default
     (:data:`AHEAD`); forced onto this kernel it takes d=64's early start, unmeasured."""
-    value = getenv("FLASHTILE_GLUON_FWD_EARLY_S1", "auto")
-    if value in ("", "auto"):
-        return causal or d < 128
-    if value not in ("0", "1"):
-        raise ValueError(f"FLASHTILE_GLUON_FWD_EARLY_S1 must be 0, 1 or 'auto', got {value!r}")
-    return value == "1"
+    forced = env_forced("FLASHTILE_GLUON_FWD_EARLY_S1")
+    return causal or d < 128 if forced is None else forced
 
 
 # An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the

@@ -326,28 +326,32 @@ class _GluonLaunch:
     def __call__(self, tensors: dict, stream) -> None:
         gluon_configs[self.role] = self.label
         values = list(self.values)
-        for i, name, shape, strides, padding in self.tmas:
-            values[i] = Tma(tensors[name], shape, strides, padding)   # (its folded view's address)
         for i, name in self.places:
             values[i] = tensors[name]
         k = self.kernel
         if self.direct is None or not direct_launches:
+            for i, name, shape, strides, padding in self.tmas:
+                values[i] = Tma(tensors[name], shape, strides, padding)  # (folded view)
             k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
             return
         launch, coop, pdl, metas = self.direct
+        for i, name, shape, strides, padding in self.tmas:
+            base = tensors[name]
+            key = (i, base.data_ptr())
+            args = self.expanded.get(key)
+            if args is None:                          # (a Tma is made only to encode one)
+                if len(self.expanded) >= 64:          # (addresses seen: few in a loop)
+                    self.expanded.clear()
+                args = self.expanded[key] = make_tensordesc_arg(
+                    Tma(base, shape, strides, padding), metas[i])
+            values[i] = args
         flat = [*self.grid, stream, k.function, coop, pdl, None, None, k.packed_metadata, None,
                 None, None]
         for i, value in enumerate(values):
-            if i not in metas:
+            if i in metas:
+                flat.extend(value)
+            else:
                 flat.append(value)
-                continue
-            key = (i, value.base.data_ptr())
-            args = self.expanded.get(key)
-            if args is None:
-                if len(self.expanded) >= 64:          # (addresses seen: few in a loop)
-                    self.expanded.clear()
-                args = self.expanded[key] = make_tensordesc_arg(value, metas[i])
-            flat.extend(args)
         launch(*flat)
 
 
