@@ -190,7 +190,7 @@ PY
           ab_run "$dir" "$([ "$dir" = . ] && echo main || basename "$dir")"
         done
         for assignments in "${envs[@]}"; do
-          ab_run . "env-$(printf %s "$assignments" | tr -c 'A-Za-z0-9=,.-' '_')" "$assignments"
+          ab_run . "env-$(printf %s "$assignments" | tr -c 'A-Za-z0-9.-' '_')" "$assignments"
         done
       done 2>&1 | tee "$OUT/ab.log"
       # (each point by variant and round: kernel sums where the runs had --kernel-times)

@@ -92,8 +92,13 @@ LOG2E = 1.4426950408889634
 # keys by 9-10%)
 # (session 11 again: at d=64, 64 keys x 4 or 6 slots 15-25% slower, 128 x 3 slots 5-10%)
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
-# d=128 with key lengths that are multiples of 64 but not of 128: 64 keys x 4 slots
+# d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
+# NARROW_CAUSAL_UPTO keys: 64 keys x 4 slots
 _NARROW = {128: (64, 64, 4, 240)}
+# Kernel time of the narrow config over the wide one at d=128 causal (session 18, H200, bf16,
+# profiler sums of two alternating runs in each of two calls): 0.95x and 0.97x at 1k, 1.00x
+# at 512, then 1.05x / 1.05x / 1.09x / 1.08x at 2k / 4k / 8k / 16k.
+NARROW_CAUSAL_UPTO = 1024
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
 AHEAD = frozenset({(64, False), (128, False), (128, True)})
 
@@ -496,13 +501,15 @@ def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
     return tuple(int(x) for x in text.split(",")) if text else configs[d]
 
 
-def config(d: int, seqlen_k: int) -> tuple[int, int, int, int]:
-    """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d and
-    ``seqlen_k`` keys (:data:`_NARROW` tiles where the wide ones do not divide it);
+def config(d: int, seqlen_k: int, causal: bool = False) -> tuple[int, int, int, int]:
+    """(rows per consumer, keys per tile, ring slots, consumer registers) for head dim d,
+    ``seqlen_k`` keys and the mask (:data:`_NARROW` tiles where the wide ones do not divide
+    the keys, and causal up to :data:`NARROW_CAUSAL_UPTO` keys, where they measured ahead);
     ``FLASHTILE_GLUON_FWD_CONFIG=rows,keys,slots,regs`` overrides it (for sweeps; the
     schedule holds two K tiles at once, so at least 2 slots)."""
     configs = _CONFIGS
-    if d in _NARROW and seqlen_k % _CONFIGS[d][1]:
+    if d in _NARROW and (seqlen_k % _CONFIGS[d][1]
+                         or (causal and seqlen_k <= NARROW_CAUSAL_UPTO)):
         configs = {**_CONFIGS, d: _NARROW[d]}
     rows, keys, stages, regs = env_config("fwd_hopper", configs, d)
     if stages < 2:
@@ -588,7 +595,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
         return False
     if switch == "auto" and (q.shape[3], causal(params)) not in AHEAD:
         return False
-    rows, keys = config(q.shape[3], k.shape[1])[:2]
+    rows, keys = config(q.shape[3], k.shape[1], causal(params))[:2]
     return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
 
 
@@ -666,7 +673,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     :func:`.bwd_hopper.dkdv`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    block_m, block_n, stages, regs = config(d, sk)
+    block_m, block_n, stages, regs = config(d, sk, causal(params))
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
     plans.gluon_launch(
