@@ -95,9 +95,10 @@ _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
 # d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
 # NARROW_CAUSAL_UPTO keys: 64 keys x 4 slots
 _NARROW = {128: (64, 64, 4, 240)}
-# Kernel time of the narrow config over the wide one at d=128 causal (session 18, H200, bf16,
-# profiler sums of two alternating runs in each of two calls): 0.95x and 0.97x at 1k, 1.00x
-# at 512, then 1.05x / 1.05x / 1.09x / 1.08x at 2k / 4k / 8k / 16k.
+# Kernel time of the narrow config over the wide one at d=128 causal (session 18, H200,
+# profiler sums of two alternating runs per call): bf16 0.95x and 0.97x at 1k (two calls),
+# 1.00x at 512, then 1.05x / 1.05x / 1.09x / 1.08x at 2k / 4k / 8k / 16k; fp16 0.89x at 512,
+# 0.99x at 1k.
 NARROW_CAUSAL_UPTO = 1024
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
 AHEAD = frozenset({(64, False), (128, False), (128, True)})
