@@ -9,6 +9,7 @@ with a C++ node and with a Python ``autograd.Function`` (whose backward runs on 
 device thread and must take the GIL there), and the flashtile and SDPA steps themselves.
 
     python3 scripts/host_pieces.py [--calls N] [--rounds R] [--json PATH] [--trace PATH]
+    python3 scripts/host_pieces.py --profile-backward CALLS
 
 On a GPU machine everything runs on the GPU; elsewhere on the CPU (there CPU tensors' backward
 runs on the calling thread and the kernels compute, so only the Python pieces mean much).
@@ -17,9 +18,12 @@ runs on the calling thread and the kernels compute, so only the Python pieces me
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import sys
 import time
+from pathlib import Path
 
 import torch
 import triton
@@ -71,6 +75,7 @@ class _BackwardOnly(torch.autograd.Function):
     time of each call of the backward itself (on the engine's device thread)."""
 
     seconds: list[float] = []
+    profiler: cProfile.Profile | None = None     # (set: the backward runs under it)
 
     @staticmethod
     def forward(ctx, q, k, v, out, lse, impl, params):
@@ -82,10 +87,60 @@ class _BackwardOnly(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _):
         q, k, v, out, lse = ctx.saved_tensors
+        profiler = _BackwardOnly.profiler
         start = time.perf_counter()
-        grads = ctx.impl.backward(dout, q, k, v, out, lse, ctx.params)
+        if profiler is None:
+            grads = ctx.impl.backward(dout, q, k, v, out, lse, ctx.params)
+        else:
+            grads = profiler.runcall(ctx.impl.backward, dout, q, k, v, out, lse, ctx.params)
         _BackwardOnly.seconds.append(time.perf_counter() - start)
         return (*grads, None, None, None, None)
+
+
+def profile_backward(calls: int, top: int = 20) -> str:
+    """Where flashtile's backward spends its host time on the autograd engine's device thread
+    (inside :class:`_BackwardOnly`) against the same calls on the main thread (on the H200's
+    host the engine's took 161 us per call against 107, session 18): each function's
+    cumulative time per call (cProfile, which slows both sides alike), the ``top`` functions
+    of the engine's side."""
+    from flashtile.autograd import _impl
+    from flashtile.interface import _flash_params
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    q, k, v = (torch.randn(1, 128, 16, 128, dtype=dtype, device=dev, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn_like(q)
+    params, backend = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    impl = _impl(backend, params)
+    with torch.no_grad():
+        out, lse = impl.forward(q, k, v, params)
+    engine, main = cProfile.Profile(), cProfile.Profile()
+    for side in ("warm-up", "profile"):
+        _BackwardOnly.profiler = engine if side == "profile" else None
+        for _ in range(calls):
+            torch.autograd.grad(_BackwardOnly.apply(q, k, v, out, lse, impl, params)[0],
+                                (q, k, v), dout)
+        for _ in range(calls):
+            if side == "profile":
+                main.runcall(impl.backward, dout, q.detach(), k.detach(), v.detach(), out, lse,
+                             params)
+            else:
+                impl.backward(dout, q.detach(), k.detach(), v.detach(), out, lse, params)
+    _BackwardOnly.profiler = None
+
+    def per_call(profile):
+        stats = pstats.Stats(profile).stats        # {func: (cc, nc, tottime, cumtime, callers)}
+        return {f"{Path(f).name}:{line}({name})": (ct / calls * 1e6, tt / calls * 1e6)
+                for (f, line, name), (_, _, tt, ct, _) in stats.items()}
+    e, m = per_call(engine), per_call(main)
+    rows = sorted(e, key=lambda f: -e[f][0])[:top]
+    width = max(map(len, rows))
+    lines = [f"flashtile's backward under cProfile, us per call of {calls} (cumulative / own): "
+             f"{'engine thread':>20} {'main thread':>20}"]
+    for f in rows:
+        em, mm = e[f], m.get(f, (0.0, 0.0))
+        lines.append(f"  {f:<{width}} {em[0]:9.1f} / {em[1]:7.1f} {mm[0]:9.1f} / {mm[1]:7.1f}")
+    return "\n".join(lines)
 
 
 def _two_parts(impl, params, q, k, v, dout):
@@ -213,7 +268,13 @@ def main() -> int:
     p.add_argument("--json", help="also write {piece: [us per round]} here")
     p.add_argument("--trace", help="also write a torch-profiler trace (Chrome JSON, CPU and "
                                    "GPU, every thread) of 20 flashtile forward+backward steps")
+    p.add_argument("--profile-backward", type=int, metavar="CALLS", default=0,
+                   help="instead: profile flashtile's backward on the engine's thread and "
+                        "on the main thread, CALLS calls each")
     args = p.parse_args()
+    if args.profile_backward:
+        print(profile_backward(args.profile_backward))
+        return 0
     cuda = torch.cuda.is_available()
     calls = pieces("cuda" if cuda else "cpu")
     times: dict[str, list[float]] = {name: [] for name in calls}

@@ -85,6 +85,17 @@ def test_host_pieces_times_every_piece(tmp_path):
         assert re.search(rf"{re.escape(name)} +[\d.]+ us +\([\d. ]+\)", out), out
 
 
+def test_host_pieces_profiles_the_backward_on_both_threads():
+    """scripts/host_pieces.py --profile-backward: the backward's functions with their time per
+    call on the engine's thread and on the main thread."""
+    out = _run("host_pieces.py", "--profile-backward", "2")
+    assert "engine thread" in out and "main thread" in out, out
+    rows = [x for x in out.splitlines()[1:] if x.startswith("  ")]
+    assert any("backward" in x for x in rows), out
+    for row in rows:
+        assert re.search(r"[\d.]+ / +[\d.]+ +[\d.]+ / +[\d.]+$", row), row
+
+
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("part,lines", [("decode", 19), ("dense", 35), ("gluon", 13)])
 def test_launch_plans_launch_what_the_full_path_launches(part, lines):
