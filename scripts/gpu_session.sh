@@ -36,10 +36,10 @@ for step in $STEPS; do
       nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
       python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
       git rev-parse --short HEAD 2>/dev/null || true ;;
-    alltests) # the whole suite on the GPU, in parallel processes (compiles dominate; ~300-340 s
-      # cold since session 9: 330 s cut the last tests off)
-      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-450} python3 -m pytest tests -q -rfE \
-        -n ${TEST_PROCS:-12} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
+    alltests) # the whole suite on the GPU, in parallel processes (compiles dominate; 520 s with
+      # 16 processes cut pytest's summary off in session 18, ~1,210 tests)
+      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-560} python3 -m pytest tests -q -rfE \
+        -n ${TEST_PROCS:-16} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
     pytest) # chosen test files and filter: PYTEST_ARGS="tests/a.py tests/b.py" PYTEST_K="dropout or rng"
       FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -rfE -p no:cacheprovider \
         -n ${TEST_PROCS:-8} ${PYTEST_ARGS:-tests/test_kernels.py} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
@@ -194,7 +194,9 @@ PY
         done
       done 2>&1 | tee "$OUT/ab.log"
       # (each point by variant and round: kernel sums where the runs had --kernel-times)
-      python3 scripts/ab_table.py "$OUT/ab" 2>&1 | tee -a "$OUT/ab.log" ;;
+      python3 scripts/ab_table.py "$OUT/ab" 2>&1 | tee -a "$OUT/ab.log"
+      # (one archive: the device returns at most 8 files, and each run is a folder of its own)
+      tar czf "$OUT/ab.tgz" -C "$OUT" ab && rm -rf "$OUT/ab" ;;
     branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS
       # (default: gluon gluonfwd), or its own .branches/<name>/RUN (a bash snippet run in
       # the tree, e.g. `GLUON_SEQLENS=1k,4k bash scripts/gpu_session.sh gluon gluonbwd`),
