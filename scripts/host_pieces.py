@@ -103,17 +103,7 @@ def profile_backward(calls: int, top: int = 20) -> str:
     host the engine's took 161 us per call against 107, session 18): each function's
     cumulative time per call (cProfile, which slows both sides alike), the ``top`` functions
     of the engine's side."""
-    from flashtile.autograd import _impl
-    from flashtile.interface import _flash_params
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
-    q, k, v = (torch.randn(1, 128, 16, 128, dtype=dtype, device=dev, requires_grad=True)
-               for _ in range(3))
-    dout = torch.randn_like(q)
-    params, backend = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
-    impl = _impl(backend, params)
-    with torch.no_grad():
-        out, lse = impl.forward(q, k, v, params)
+    q, k, v, dout, params, impl, out, lse = _step("cuda" if torch.cuda.is_available() else "cpu")
     engine, main = cProfile.Profile(), cProfile.Profile()
     for side in ("warm-up", "profile"):
         _BackwardOnly.profiler = engine if side == "profile" else None
@@ -197,17 +187,29 @@ def per_call_us(fn, calls: int, cuda: bool) -> float:
     return elapsed / calls * 1e6
 
 
-def pieces(dev: str) -> dict:
-    """name -> a call of that piece (the step's shape: (1, 128, 16, 128) bf16, causal)."""
-    import flashtile
+def _step(dev: str):
+    """The step's inputs, (1, 128, 16, 128) bf16 on a GPU (fp32 on the CPU), causal: q, k, v
+    (requiring grad), dout, flashtile's params and backend module (the Triton kernels on a
+    GPU), and the forward's out and LSE."""
     from flashtile.autograd import _impl
     from flashtile.interface import _flash_params
-    cuda = dev == "cuda"
     shape = (1, 128, 16, 128)
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     q, k, v = (torch.randn(shape, dtype=dtype, device=dev, requires_grad=True)
                for _ in range(3))
     dout = torch.randn(shape, dtype=dtype, device=dev)
+    params, backend = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    impl = _impl(backend, params)
+    with torch.no_grad():
+        out, lse = impl.forward(q, k, v, params)
+    return q, k, v, dout, params, impl, out, lse
+
+
+def pieces(dev: str) -> dict:
+    """name -> a call of that piece (the step of :func:`_step`)."""
+    import flashtile
+    cuda = dev == "cuda"
+    q, k, v, dout, params, impl, out, lse = _step(dev)
     x = torch.randn(4096, device=dev, requires_grad=True)
     g = torch.randn(4096, device=dev)
 
@@ -216,13 +218,8 @@ def pieces(dev: str) -> dict:
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
             is_causal=True).transpose(1, 2)
 
-    params, backend = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
-    impl = _impl(backend, params)                  # (the Triton kernels on a GPU)
-    with torch.no_grad():
-        out, lse = impl.forward(q, k, v, params)
-
     calls = {
-        "torch.empty (one buffer)": lambda: torch.empty(shape, dtype=dtype, device=dev),
+        "torch.empty (one buffer)": lambda: torch.empty(dout.shape, dtype=dout.dtype, device=dev),
         "x * 2 (one torch kernel)": lambda: x.detach() * 2,
         "autograd.grad over x * 2 (C++ node)": lambda: torch.autograd.grad(x * 2, x, g),
         "autograd.grad over a Python Function": lambda: torch.autograd.grad(
