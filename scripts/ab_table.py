@@ -30,9 +30,9 @@ def load(folder: Path, wall: bool) -> tuple[dict, str]:
         for row in json.loads(path.read_text())["results"]:
             if row.get("provider") != "flashtile" or row.get("ms") is None:
                 continue
-            ms = row["ms"] if wall or row.get("kernel_ms") is None else row["kernel_ms"]
-            if not wall and row.get("kernel_ms") is not None:
-                kind = "kernel sums"
+            kernel = not wall and row.get("kernel_ms") is not None
+            ms = row["kernel_ms"] if kernel else row["ms"]
+            kind = "kernel sums" if kernel else kind
             point = (row["mode"], row["d"], "causal" if row["causal"] else "full", row["s"],
                      row["dtype"])
             runs.setdefault(variant, {}).setdefault(point, []).append(ms * 1e3)

@@ -87,14 +87,16 @@ class _BackwardOnly(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _):
         q, k, v, out, lse = ctx.saved_tensors
-        profiler = _BackwardOnly.profiler
         start = time.perf_counter()
-        if profiler is None:
-            grads = ctx.impl.backward(dout, q, k, v, out, lse, ctx.params)
-        else:
-            grads = profiler.runcall(ctx.impl.backward, dout, q, k, v, out, lse, ctx.params)
+        grads = _under(_BackwardOnly.profiler, ctx.impl.backward, dout, q, k, v, out, lse,
+                       ctx.params)
         _BackwardOnly.seconds.append(time.perf_counter() - start)
         return (*grads, None, None, None, None)
+
+
+def _under(profiler: cProfile.Profile | None, fn, *args):
+    """``fn(*args)``, under ``profiler`` when there is one."""
+    return fn(*args) if profiler is None else profiler.runcall(fn, *args)
 
 
 def profile_backward(calls: int, top: int = 20) -> str:
@@ -105,17 +107,14 @@ def profile_backward(calls: int, top: int = 20) -> str:
     of the engine's side."""
     q, k, v, dout, params, impl, out, lse = _step("cuda" if torch.cuda.is_available() else "cpu")
     engine, main = cProfile.Profile(), cProfile.Profile()
-    for side in ("warm-up", "profile"):
-        _BackwardOnly.profiler = engine if side == "profile" else None
+    for on_engine, on_main in ((None, None), (engine, main)):      # (a warm-up, then profiled)
+        _BackwardOnly.profiler = on_engine
         for _ in range(calls):
             torch.autograd.grad(_BackwardOnly.apply(q, k, v, out, lse, impl, params)[0],
                                 (q, k, v), dout)
         for _ in range(calls):
-            if side == "profile":
-                main.runcall(impl.backward, dout, q.detach(), k.detach(), v.detach(), out, lse,
-                             params)
-            else:
-                impl.backward(dout, q.detach(), k.detach(), v.detach(), out, lse, params)
+            _under(on_main, impl.backward, dout, q.detach(), k.detach(), v.detach(), out, lse,
+                   params)
     _BackwardOnly.profiler = None
 
     def per_call(profile):
