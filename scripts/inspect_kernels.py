@@ -11,10 +11,12 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
     python3 scripts/inspect_kernels.py --d 128 --causal --fwd 128,64,8,3 --dkdv 64,128,8,3 \\
         --dq 128,64,8,3 [--deterministic] [--dump /tmp/k]
     python3 scripts/inspect_kernels.py --gluon --d 128 [--causal]
+    FLASHTILE_GLUON_FWD_CONFIG=64,32,4,240 python3 scripts/inspect_kernels.py --gluon --d 256
 
 ``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``,
 ``kernels/dq_hopper.py``; configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``
-or their defaults) and exits 1 if ptxas spills or warns of a performance loss in any (its C75xx
+or their defaults; a backward kernel without a config for ``--d`` is skipped: d=256 compiles the
+forward alone) and exits 1 if ptxas spills or warns of a performance loss in any (its C75xx
 warnings: wgmma serialised), 0 otherwise.
 """
 
@@ -128,6 +130,18 @@ class GluonCapture:
         return launch
 
 
+def has_config(module, d: int) -> bool:
+    """Whether the Gluon kernel ``module`` has a config for head dim d (its own, or one given
+    by its ``FLASHTILE_GLUON_*_CONFIG`` override); if not, it is skipped, with a note (the
+    backward kernels cover d 64/128 only: d=256 compiles the forward alone)."""
+    try:
+        module.config(d)
+    except KeyError:
+        print(f"(skipped {module.__name__.rsplit('.', 1)[-1]}: no config for d={d})")
+        return False
+    return True
+
+
 def inspect_gluon(args, dtype) -> int:
     """The Gluon forward, dK/dV (and with ``--one-pass`` the one-pass dK/dV+dQ), and dQ kernels
     at one head dim and mask; 1 if any spills or ptxas warns that it serialised the wgmmas."""
@@ -145,12 +159,15 @@ def inspect_gluon(args, dtype) -> int:
                                                   None, False)
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
-    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
-    if args.one_pass:
-        bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
+    if has_config(bwd_hopper, args.d):
         bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
-    dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
+                        params)
+        if args.one_pass:
+            bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
+            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                            params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+    if has_config(dq_hopper, args.d):
+        dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
         sass, report = summarize(name, kernel, args.dump)
