@@ -45,7 +45,7 @@ def test_cover_reads_the_mask_from_the_window(monkeypatch, causal, window, sk, c
     q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
     k = torch.randn(1, sk, 2, 128, dtype=torch.bfloat16)
     params, _ = _flash_params(q, k, k, 0.0, None, causal, window, 0.0, None, False)
-    assert fwd_hopper.covers(q, k, k, params) == covered
+    assert fwd_hopper.covers(q, k, k, params, fwd_hopper._CONFIGS) == covered
     assert fwd_hopper.causal(params) == masked
 
 
@@ -77,11 +77,13 @@ def test_gluon_is_imported_only_where_it_runs():
 @pytest.mark.parametrize("switch,d,causal,runs", [
     (None, 128, False, True), (None, 128, True, True), (None, 64, False, True),
     (None, 64, True, False), ("auto", 64, True, False), ("1", 64, True, True),
-    ("0", 128, False, False)])
+    ("0", 128, False, False), (None, 256, False, False), ("auto", 256, True, False),
+    ("1", 256, False, True), ("1", 256, True, True), ("0", 256, False, False)])
 def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, causal, runs):
     """Unset or ``auto``, the Gluon forward takes the (head dim, mask) cases where it beat the
-    tile-level forward on the H200 (d=128, d=64 unmasked; docs/perf.md session 11); ``1``
-    forces it on every covered call, ``0`` off. The device is stubbed as an sm_90 GPU."""
+    tile-level forward on the H200 (d=128, d=64 unmasked; docs/perf.md session 11; d=256 not
+    yet measured); ``1`` forces it on every covered call, ``0`` off. The device is stubbed as
+    an sm_90 GPU."""
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     if switch is None:
         monkeypatch.delenv("FLASHTILE_GLUON_FWD", raising=False)
@@ -166,7 +168,7 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 @pytest.mark.parametrize("d,seqlen,group", [(128, 512, 1), (128, 1024, 8), (64, 1024, 1),
-                                             (64, 2048, 8)])
+                                             (64, 2048, 8), (256, 512, 1), (256, 1024, 8)])
 def test_causal_chunks_by_head_dim(monkeypatch, d, seqlen, group):
     """The forward's causal order runs in chunks of 1 up to :data:`fwd_hopper.SINGLE_UPTO`
     work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k), else 8. Runs on the CPU:
@@ -195,11 +197,12 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
 
 
 @pytest.mark.parametrize("d,causal,early", [(64, False, True), (64, True, True),
-                                             (128, False, False), (128, True, True)])
+                                             (128, False, False), (128, True, True),
+                                             (256, False, False), (256, True, False)])
 def test_first_softmax_rule_by_head_dim_and_mask(monkeypatch, d, causal, early):
     """S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128 without a
-    mask (:func:`fwd_hopper.early_s1`, measured per case). Runs on the CPU: the launch is
-    captured, not made."""
+    mask (:func:`fwd_hopper.early_s1`, measured per case) and at d=256 (it spills there,
+    offline). Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_EARLY_S1", raising=False)
     q, k, v = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(3))
@@ -241,6 +244,77 @@ def test_o_leaves_through_p_only_when_it_must():
     assert not fwd_hopper.o_in_p(*fwd_hopper._CONFIGS[64][:3], 64)
     assert fwd_hopper.o_in_p(64, 128, 2, 128)        # 256 KB apart, 224 KB through P
     assert not fwd_hopper.o_in_p(64, 64, 6, 128)     # too large, but P cannot hold O
+
+
+@pytest.mark.parametrize("config,where", [
+    ((64, 128, 2, 128), "p"), ((64, 64, 4, 128), "apart"), ((64, 128, 4, 64), "apart"),
+    ((64, 64, 2, 256), "q"), ((64, 32, 4, 256), "q"), ((64, 32, 3, 256), "q"),
+    ((64, 32, 2, 256), "apart")])
+def test_where_o_leaves(config, where):
+    """O has a tile of its own where that fits in shared memory (208 KB at d=256 with 32 keys x
+    2 slots), else leaves through a P buffer when one holds it (keys >= d), else through
+    each consumer's Q tile: d=256 at 64 keys x 2 slots (288 KB apart, 224 KB through Q), or 32
+    keys x 3 or 4 slots. Never both."""
+    in_p, in_q = fwd_hopper.o_in_p(*config), fwd_hopper.o_in_q(*config)
+    assert (in_p, in_q) == (where == "p", where == "q")
+    rows, keys, stages, d = config
+    used = fwd_hopper._bytes_apart(*config) - (4 * rows * d if where != "apart" else 0)
+    assert used <= fwd_hopper.SHARED_BYTES
+
+
+def test_head_dim_256_forward_only(monkeypatch):
+    """d=256: the Gluon forward covers it (forced on: ``FLASHTILE_GLUON_FWD=1``) with 64 keys x
+    2 slots, O through Q and S_1 after the first softmax; the Gluon dK/dV and dQ kernels do
+    not (the tile-level backward runs), even switched on. The device is stubbed as an sm_90
+    GPU; the launch is captured, not made."""
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    for variable in ("FLASHTILE_GLUON_FWD", "FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
+        monkeypatch.setenv(variable, "1")
+    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
+        monkeypatch.delenv(variable, raising=False)
+    seen = gluon_launches(monkeypatch, run=False)
+    q = torch.randn(1, 1024, 2, 256, dtype=torch.bfloat16)
+    for causal in (False, True):
+        params, _ = _flash_params(q, q, q, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        assert fwd_hopper.covers(q, q, q, params, fwd_hopper._CONFIGS)
+        assert fwd_hopper.supports(q, q, q, params)
+        assert fwd_hopper.config(256, 1024, causal) == (64, 64, 2, 240)
+        assert not bwd_hopper.supports(q, q, q, q, params)
+        assert not dq_hopper.supports(q, q, q, q, params)
+        fwd_hopper.forward(q, q, q, params, torch.empty_like(q), torch.empty(1, 2, 1024))
+        role, _, meta = seen.pop()
+        assert role == "fwd" and meta["HEAD_D"] == 256 and meta["BLOCK_N"] == 64
+        assert meta["O_IN_Q"] and not meta["O_IN_P"] and not meta["EARLY_S1"]
+    for sk in (960, 1000):          # keys: a multiple of the 64-key tile, and not
+        k = torch.randn(1, sk, 2, 256, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+        assert fwd_hopper.supports(q, k, k, params) == (sk == 960)
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 256), (1, 512, 2, 2, 256)])
+def test_head_dim_256(gluon_calls, monkeypatch, shape, causal, dtype):
+    """d=256 on the Gluon forward (64 keys x 2 slots, O through each consumer's Q tile; 288
+    items over the SMs, so every program loads a next Q after its O left, GQA; and a call of
+    fewer items than SMs), the backward on the tile-level kernels: outputs and gradients
+    within budget."""
+    dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
+    assert dkdv_calls == [], "d=256 should leave the backward to the tile-level kernels"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("config", ["64,32,2,240", "64,32,4,240"],
+                         ids=["32x2-o-apart", "32x4-o-in-q"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_256_other_configs(gluon_calls, monkeypatch, config, causal):
+    """The other configs at d=256 that compile clean offline (for the sweep): 32 keys x 2
+    slots (O apart) and x 4 slots (O through Q); outputs and gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
+    check(3, 1024, 1024, 12, 4, 256, 256, torch.bfloat16, causal=causal)
+    assert len(gluon_calls) == 1
 
 
 @gluon_cases_over([(2, 1024, 12, 12, 64)])
@@ -348,7 +422,7 @@ def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("d,causal,runs", [(128, True, True), (64, False, True),
-                                           (64, True, False)])
+                                           (64, True, False), (256, False, False)])
 def test_default_choice_on_the_gpu(gluon_calls, monkeypatch, d, causal, runs):
     """With the switch unset, the Gluon forward runs the cases of ``AHEAD`` only; the others
     take the tile-level kernel; both within budget."""

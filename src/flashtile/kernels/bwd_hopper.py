@@ -46,9 +46,10 @@ Session 14 (forward+backward against two passes, same runs): d=64 +4% to +9%, d=
 no wgmma serialised): at d=128, with one K/V buffer per consumer, 0 B of spills unmasked and
 8 B causal (88-116 B with two); d=64's persistent grid 0 B unmasked, 32 B causal
 (item-level scalars).
-The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
-multiples of the tiles, causal only with sq = sk, foldable layouts), plus a foldable
-``dout``. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
+The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128} (not the
+forward's d=256: the tile-level backward runs there), lengths that are multiples of the
+tiles, causal only with sq = sk, foldable layouts), plus a foldable ``dout``. On by default
+on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
 in the same runs as cuDNN it lifted forward+backward from 0.73x to 0.80x cuDNN (geomean of
 d 64/128 x 1k/4k/16k x causal; docs/perf.md, session 10).
 """
@@ -462,7 +463,7 @@ def enabled() -> bool:
 def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              params) -> bool:
     """True when this kernel can compute the call's dK and dV (see the module docstring)."""
-    if not (enabled() and fwd_hopper.covers(q, k, v, params)):
+    if not (enabled() and fwd_hopper.covers(q, k, v, params, _CONFIGS)):
         return False
     keys, queries = config(q.shape[3])[:2]
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, 2 * keys)

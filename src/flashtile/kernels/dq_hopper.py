@@ -204,7 +204,7 @@ def enabled() -> bool:
 def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              params) -> bool:
     """True when this kernel can compute the call's dQ (see the module docstring)."""
-    if not (enabled() and fwd_hopper.covers(q, k, v, params)):
+    if not (enabled() and fwd_hopper.covers(q, k, v, params, _CONFIGS)):
         return False
     rows, keys = config(q.shape[3])[:2]
     return fwd_hopper.gradient_tiles_fit(dout, q, k, 2 * rows, keys)

@@ -39,6 +39,16 @@ d=128 unmasked 1k/4k/16k (619 TFLOP/s at 4k, 1.03x cuDNN), +1%/+7.5%/+7% causal,
 d=128's default (:data:`_CONFIGS`); at d=64 it measured -4.5% to +1%. Session 9's contrary
 finding had every wgmma serialised.
 
+d=256 (issue 7: the tile-level forward reached 0.78 of d=128's fraction of peak there): a
+consumer's O alone takes 128 registers per thread and the two Q tiles 64 KB, so 64 keys x 2
+slots (224 KB) is the widest tile that fits, and only with O staged in each consumer's Q tile
+(:func:`o_in_q`: O apart needs 288 KB, and a 64-key P buffer cannot hold it); the next
+item's Q then loads once O has left, not under the item's last P V. Offline (sm_90a, both
+dtypes, causal or not) it compiles with 14 waits for 120 HGMMA and no spills with S_1 issued
+after the first softmax (:func:`early_s1`); 32 keys x 2/3/4 slots compile clean too (208 /
+176 / 208 KB). It runs only when ``FLASHTILE_GLUON_FWD=1`` until measured on the H200
+(:data:`AHEAD`); the backward stays on the tile-level kernels at d=256.
+
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
@@ -60,7 +70,7 @@ unmasked included: ahead at 7 of its 8 measured points); ``=1`` runs every cover
 through it, ``=0`` none. A ``pipelined`` schedule (one 8-warp partition issuing its own
 loads) measured 6-20% slower than the warp-specialised one in session 10 and was removed.
 
-It covers the dense hot path only: fp16/bf16, d = dv in {64, 128}, no dropout, bias, softcap,
+It covers the dense hot path only: fp16/bf16, d = dv in {64, 128, 256}, no dropout, bias, softcap,
 ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
 ``seqlen_q == seqlen_k``, and q/k/v whose (batch, seqlen) and (heads, d) axes each fold into one
 (the usual contiguous ``(b, s, h, d)``). :func:`supports` says whether a call qualifies; the
@@ -91,7 +101,10 @@ LOG2E = 1.4426950408889634
 # +21% unmasked and +1% to +7.5% causal at 1k/4k/16k; d=64 at 128 keys x 4 slots beat 64
 # keys by 9-10%)
 # (session 11 again: at d=64, 64 keys x 4 or 6 slots 15-25% slower, 128 x 3 slots 5-10%)
-_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
+# d=256 (unmeasured; only with FLASHTILE_GLUON_FWD=1, see AHEAD): 64 keys x 2 slots with O
+# through Q (:func:`o_in_q`; 224 KB), the widest tile that fits (128 keys x 2 slots: 256 KB of
+# K/V alone); 32 keys x 2/3/4 slots also compile clean offline (no spills, none serialised)
+_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240), 256: (64, 64, 2, 240)}
 # d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
 # NARROW_CAUSAL_UPTO keys: 64 keys x 4 slots
 _NARROW = {128: (64, 64, 4, 240)}
@@ -371,14 +384,16 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              n_mtiles, n_work, qk_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
-             EARLY_S1: gl.constexpr):
+             O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, half
     ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
     on get the causal mask), read from the ring in the loader's order. Writes those rows of
     O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's.
     ``O_IN_P``: ``o_smem`` is this consumer's second P buffer (P_1, P_3, ... are written
     there), free from an item's last P V until the next item's second softmax: its O store
-    is waited for once S_0 of the next item has landed."""
+    is waited for once S_0 of the next item has landed. ``O_IN_Q``: ``o_smem`` is this
+    consumer's Q tile, free once the item's last S has read it; the next item's Q then loads
+    only after O has left it (not as soon as that last S is done)."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     dtype: gl.constexpr = q_desc.dtype
@@ -400,7 +415,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
         mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
         more = w + step < n_work
-        if n_tiles == 1 and more:       # S_0 was the last S to read this Q: load the next
+        if n_tiles == 1 and more and not O_IN_Q:    # S_0 was this Q's last S: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
         if not EARLY_S1:
@@ -431,7 +446,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             j = n_tiles - 2             # (no S_{j+2} to issue)
             s = warpgroup_mma_wait(0, deps=(s_tok,))
             mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)
-            if more:                    # every S has read this Q: load the next item's
+            if more and not O_IN_Q:     # every S has read this Q: load the next item's
                 _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                         seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
             acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
@@ -450,6 +465,10 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
         _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
                    dtype, o_layout)
+        if O_IN_Q and more:             # the next item's Q, once O has left its tile
+            tma.store_wait(0)
+            _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group, seqlen_q,
+                    seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
         it += n_tiles
         t += 1
     tma.store_wait(0)
@@ -461,7 +480,7 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                        BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                        NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                       O_IN_P: gl.constexpr, EARLY_S1: gl.constexpr):
+                       O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
@@ -472,6 +491,9 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     if O_IN_P:      # O leaves through each consumer's second P buffer (see _consume)
         o0 = p_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
         o1 = p_smem.index(3)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
+    elif O_IN_Q:    # O leaves through each consumer's Q tile (see _consume)
+        o0 = q_smem.index(0)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
+        o1 = q_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
     else:
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
         o0, o1 = o_smem.index(0), o_smem.index(1)
@@ -483,12 +505,12 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                     q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P, EARLY_S1)),
+                    O_IN_P, O_IN_Q, EARLY_S1)),
         (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
                     q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P, EARLY_S1)),
+                    O_IN_P, O_IN_Q, EARLY_S1)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
@@ -551,11 +573,12 @@ def enabled() -> bool:
     return gluon_switch_on("fwd_hopper")
 
 
-def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
+def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, head_dims) -> bool:
     """The device, dtype, feature, head-dim and layout conditions that this kernel and the
-    Gluon dK/dV and dQ kernels share; each adds its own tile multiples. The mask is read from
-    the window, as the tile-level kernels do: none, or causal (``(-1, 0)``, which needs
-    ``seqlen_q == seqlen_k``; :func:`causal`)."""
+    Gluon dK/dV and dQ kernels share; each adds its own tile multiples and passes the head
+    dims it has configs for, ``head_dims`` (d = dv; the forward's include 256, the backward
+    kernels' do not). The mask is read from the window, as the tile-level kernels do: none,
+    or causal (``(-1, 0)``, which needs ``seqlen_q == seqlen_k``; :func:`causal`)."""
     if not is_sm90(q.device):
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
@@ -568,7 +591,7 @@ def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
             or params.window_left != -1 or params.window_right not in (0, -1)):
         return False
     d = q.shape[3]
-    if d not in _CONFIGS or k.shape[3] != d or v.shape[3] != d:
+    if d not in head_dims or k.shape[3] != d or v.shape[3] != d:
         return False
     if causal(params) and q.shape[1] != k.shape[1]:
         return False
@@ -592,7 +615,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     """True when this kernel runs the call: switched on, covered (see the module docstring),
     and under ``auto`` a case of :data:`AHEAD`."""
     switch = gluon_switch("fwd_hopper")
-    if switch in ("", "0") or not covers(q, k, v, params):
+    if switch in ("", "0") or not covers(q, k, v, params, _CONFIGS):
         return False
     if switch == "auto" and (q.shape[3], causal(params)) not in AHEAD:
         return False
@@ -637,7 +660,7 @@ def causal_group(n_tiles: int, single_upto: int,
 # runs in chunks of 1 (:func:`causal_group`), by head dim. Measured against chunks of 8: d=64
 # 1k (8 tiles) +10% (session 13); d=128 512 (4 tiles) +7% in alternating runs, and 1k (8
 # tiles) -7% (session 15).
-SINGLE_UPTO = {64: 8, 128: 4}
+SINGLE_UPTO = {64: 8, 128: 4, 256: 4}   # (d=256: d=128's, unmeasured)
 
 
 def early_s1(d: int, causal: bool) -> bool:
@@ -648,9 +671,11 @@ def early_s1(d: int, causal: bool) -> bool:
     two alternating runs at 512/1k/4k): d=64 unmasked -1%/-4%/-2%, d=128 causal
     -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (no spills either way: why is not
     established), so there it stays after. d=64 causal runs the tile-level forward by default
-    (:data:`AHEAD`); forced onto this kernel it takes d=64's early start, unmeasured."""
+    (:data:`AHEAD`); forced onto this kernel it takes d=64's early start, unmeasured. d=256
+    never: S_0 and S_1 live beside its 128 registers of O made ptxas spill (offline, 64 keys
+    x 2 slots: 84 B unmasked, 16 B causal; 0 B with S_1 after)."""
     forced = env_forced("FLASHTILE_GLUON_FWD_EARLY_S1")
-    return causal or d < 128 if forced is None else forced
+    return (causal and d <= 128) or d < 128 if forced is None else forced
 
 
 # An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the
@@ -658,13 +683,25 @@ def early_s1(d: int, causal: bool) -> bool:
 SHARED_BYTES = 227 * 1024 - 1024
 
 
+def _bytes_apart(rows: int, keys: int, stages: int, d: int) -> int:
+    """A config's shared memory with O in tiles of its own (2-byte elements): Q and O
+    ``2 x (rows, d)``, K and V ``stages x (keys, d)``, four P ``(rows, keys)``."""
+    return 2 * (4 * rows * d + 2 * stages * keys * d + 4 * rows * keys)
+
+
 def o_in_p(rows: int, keys: int, stages: int, d: int) -> bool:
-    """Whether O must leave through a P buffer for a config to fit in shared memory (2-byte
-    elements): Q and O ``2 x (rows, d)``, K and V ``stages x (keys, d)``, four P
-    ``(rows, keys)``; it can when a P buffer holds O (``keys >= d``), e.g. 128 keys x 2
-    slots at d=128 (256 KB with O apart, 224 KB through P)."""
-    apart = 2 * (4 * rows * d + 2 * stages * keys * d + 4 * rows * keys)
-    return apart > SHARED_BYTES and keys >= d
+    """Whether O must leave through a P buffer for a config to fit in shared memory
+    (:func:`_bytes_apart`); it can when a P buffer holds O (``keys >= d``), e.g. 128 keys x
+    2 slots at d=128 (256 KB with O apart, 224 KB through P)."""
+    return _bytes_apart(rows, keys, stages, d) > SHARED_BYTES and keys >= d
+
+
+def o_in_q(rows: int, keys: int, stages: int, d: int) -> bool:
+    """Whether O must leave through each consumer's Q tile: the config does not fit with O
+    apart and a P buffer cannot hold O (``keys < d``), e.g. 64 keys x 2 slots at d=256 (288
+    KB apart, 224 KB through Q). Its cost: an item's next Q loads once O has left the tile,
+    not while the item's last P V computes."""
+    return _bytes_apart(rows, keys, stages, d) > SHARED_BYTES and keys < d
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -687,5 +724,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d),
+             O_IN_Q=o_in_q(block_m, block_n, stages, d),
              EARLY_S1=early_s1(d, causal(params))),
         descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
