@@ -744,3 +744,58 @@ def test_gpu_decode_graph_replay(monkeypatch):
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(out, expect)
+
+
+def test_pdl_only_on_request_and_never_interpreted(monkeypatch):
+    """The combine kernel is launched early (programmatic dependent launch) only with
+    ``FLASHTILE_DECODE_PDL=1`` on a CUDA sm_90+ device, never on the CPU or under the
+    interpreter; the switch enters the plan key (a plan recorded without it is not replayed
+    with it)."""
+    from flashtile.kernels import decode
+
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("FLASHTILE_DECODE_PDL", "1")
+    assert not decode.pdl(cpu)
+    if GPU and not decode.interpreting():
+        assert decode.pdl(torch.device("cuda")) == (torch.cuda.get_device_capability()[0] >= 9)
+    monkeypatch.setenv("FLASHTILE_DECODE_PDL", "0")
+    if GPU:
+        assert not decode.pdl(torch.device("cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", [7, 0], ids=["split7", "split-auto"])
+def test_gpu_decode_pdl(monkeypatch, split):
+    """With the combine launched early (``FLASHTILE_DECODE_PDL=1``) split decoding gives the
+    answer of the ordinary launch bitwise (the same kernels; only the launch differs), eager,
+    replayed from its launch plan and replayed from a CUDA graph; the combine that ran was
+    compiled for programmatic dependent launch, and the split kernel signals it."""
+    from flashtile.bench.timing import capture_graph
+    from flashtile.kernels import decode
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs sm_90 or later")
+    case = replace(GPU_CASES["b4-S4096-h32/8-d128-split0"], dtype=torch.bfloat16, seqlen_new=0,
+                   num_splits=split, lens=[4000, 1, 2047, 3000])
+    inp = make_inputs(case)
+    kwargs = {k: v for k, v in inp.kwargs.items() if k != "return_softmax_lse"}
+
+    def call():
+        return flash_attn_with_kvcache(inp.q, inp.k_cache, inp.v_cache, **kwargs)
+
+    monkeypatch.setenv("FLASHTILE_DECODE_PDL", "0")
+    expect = call()
+    monkeypatch.setenv("FLASHTILE_DECODE_PDL", "1")
+    decode._PLANS.plans.clear()
+    for _ in range(3):                      # recorded, then replayed from the plan
+        assert torch.equal(call(), expect)
+    (plan,) = decode._PLANS.plans.values()
+    assert len(plan.launches) == 2, "expected a split call (split kernel + combine)"
+    assert plan.launches[1].kernel.metadata.launch_pdl
+    assert "griddepcontrol.launch_dependents" in plan.launches[0].kernel.asm["ptx"]
+    graph, out = capture_graph(call)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, expect)
