@@ -46,8 +46,9 @@ slots (224 KB) is the widest tile that fits, and only with O staged in each cons
 item's Q then loads once O has left, not under the item's last P V. Offline (sm_90a, both
 dtypes, causal or not) it compiles with 14 waits for 120 HGMMA and no spills with S_1 issued
 after the first softmax (:func:`early_s1`); 32 keys x 2/3/4 slots compile clean too (208 /
-176 / 208 KB). It runs only when ``FLASHTILE_GLUON_FWD=1`` until measured on the H200
-(:data:`AHEAD`); the backward stays on the tile-level kernels at d=256.
+176 / 208 KB). On the H200 (session 19, alternating runs, kernel sums) it took 0.61-0.77x the
+tile-level forward's time at 1k-16k, causal or not (4k unmasked: 444 -> 601 TFLOP/s), so it
+runs there by default (:data:`AHEAD`); the backward stays on the tile-level kernels at d=256.
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -101,7 +102,7 @@ LOG2E = 1.4426950408889634
 # +21% unmasked and +1% to +7.5% causal at 1k/4k/16k; d=64 at 128 keys x 4 slots beat 64
 # keys by 9-10%)
 # (session 11 again: at d=64, 64 keys x 4 or 6 slots 15-25% slower, 128 x 3 slots 5-10%)
-# d=256 (unmeasured; only with FLASHTILE_GLUON_FWD=1, see AHEAD): 64 keys x 2 slots with O
+# d=256 (session 19; the 32-key configs unmeasured): 64 keys x 2 slots with O
 # through Q (:func:`o_in_q`; 224 KB), the widest tile that fits (128 keys x 2 slots: 256 KB of
 # K/V alone); 32 keys x 2/3/4 slots also compile clean offline (no spills, none serialised)
 _CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240), 256: (64, 64, 2, 240)}
@@ -114,7 +115,8 @@ _NARROW = {128: (64, 64, 4, 240)}
 # 0.99x at 1k.
 NARROW_CAUSAL_UPTO = 1024
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
-AHEAD = frozenset({(64, False), (128, False), (128, True)})
+# (d=256, session 19: kernel time 0.61-0.77x the tile-level forward's at 1k-16k, both masks)
+AHEAD = frozenset({(64, False), (128, False), (128, True), (256, False), (256, True)})
 
 
 @constexpr_function
