@@ -40,13 +40,12 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from . import plans
 from .common import (LN2_K, LOG2E_K, SMEM_LIMIT, TunedLaunch, alloc, autotune_enabled,
-                     band_mask, cdiv, cuda_properties, dot_precision, getenv, interpreting,
-                     next_pow2, padded_headdim, score_args, scores_log2, sm_count,
-                     softmax_step, tile_ranges)
+                     band_mask, cdiv, cuda_properties, dot_precision, interpreting, next_pow2,
+                     padded_headdim, score_args, scores_log2, sm_count, softmax_step,
+                     tile_ranges)
 
 MIN_KEYS_PER_SPLIT = 256        # below this a split's fixed cost outweighs the parallelism
 MAX_BLOCK_M = 64
@@ -171,10 +170,8 @@ def _decode_kernel(Q, K, V, O, LSE, SEQLENS, LEFTPAD, BATCH_IDX, BLOCK_TABLE, SL
                    HAS_LEFTPAD: tl.constexpr,
                    HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, HAS_SOFTCAP: tl.constexpr,
                    HAS_ALIBI: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr,
-                   PRECISION: tl.constexpr, PDL: tl.constexpr = False):
+                   PRECISION: tl.constexpr):
     # Grid: (split, mblock + n_mblocks * kv_head, batch).
-    if PDL:     # (the combine may launch now: it waits for this grid's end by itself)
-        gdc_launch_dependents()
     off_split = tl.program_id(0)
     pid_mh = tl.program_id(1)
     off_b = tl.program_id(2)
@@ -281,12 +278,8 @@ def _combine_kernel(O_PART, LSE_PART, O, LSE,
                     stride_lpb, stride_lpsplit, stride_lph,
                     stride_ob, stride_os, stride_oh, stride_lb, stride_lh,
                     seqlen_q, nheads, head_dv, num_splits,
-                    BLOCK_S: tl.constexpr, HEAD_DV: tl.constexpr, PDL: tl.constexpr = False):
-    """One program per output row ``(b, h, i)``: merge the ``num_splits`` partial rows.
-    ``PDL``: launched early (programmatic dependent launch), it first waits until the split
-    kernel has finished and its partial rows are visible."""
-    if PDL:
-        gdc_wait()
+                    BLOCK_S: tl.constexpr, HEAD_DV: tl.constexpr):
+    """One program per output row ``(b, h, i)``: merge the ``num_splits`` partial rows."""
     pid = tl.program_id(0)
     off_i = pid % seqlen_q
     off_h = (pid // seqlen_q) % nheads
@@ -492,17 +485,7 @@ def _plan_key(q, k_cache, v_cache, call, params) -> tuple:
             sig(call.cache_seqlens), sig(call.leftpad), sig(call.batch_idx),
             sig(call.block_table), call.capacity, call.seqlen_new, call.page_size,
             call.num_splits, params.softmax_scale, params.softcap, params.window_left,
-            params.window_right, sig(params.alibi_slopes), pdl(q.device))
-
-
-def pdl(device: torch.device) -> bool:
-    """Whether a split call launches its combine kernel early (programmatic dependent launch,
-    sm_90 and later): the combine's launch and start then overlap the split kernel's last
-    programs instead of following its end. ``FLASHTILE_DECODE_PDL=1`` turns it on (off by
-    default until measured on the GPU); never under the interpreter."""
-    if interpreting() or device.type != "cuda" or getenv("FLASHTILE_DECODE_PDL", "0") != "1":
-        return False
-    return cuda_properties(device).major >= 9
+            params.window_right, sig(params.alibi_slopes))
 
 
 def _inputs(q, k_cache, v_cache, call, params) -> dict:
@@ -567,7 +550,6 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         call.block_table.stride(0) if call.block_table is not None else 0, stride_slope_b,
         seqlen_q, call.seqlen_new, group, head_d, head_dv, splits,
         max(params.window_left, 0), max(params.window_right, 0))
-    early = pdl(q.device)       # (the combine launched early; split calls only)
     split_kwargs = dict(
         **score, kv_bucket=next_pow2(cdiv(call.capacity, splits)),
         k_desc=k_desc, v_desc=v_desc, slots=k_cache.shape[1],
@@ -577,7 +559,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         HAS_BATCH_IDX=call.batch_idx is not None, HAS_LEFTPAD=call.leftpad is not None,
         HAS_LEFT=params.window_left >= 0, HAS_RIGHT=params.window_right >= 0,
         HAS_ALIBI=slopes is not None, SPLIT=splits > 1, TMA=tma,
-        PRECISION=dot_precision(q.dtype), PDL=splits > 1 and early,
+        PRECISION=dot_precision(q.dtype),
     )
     plans.launch(record, _decode_launch, split_grid, split_args, split_kwargs)
     if splits > 1:
@@ -585,7 +567,7 @@ def decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, call,
         combine_args = (o_dst, l_dst, out, lse, *o_dst.stride()[:4], *l_dst.stride()[:3],
                         *out.stride()[:3], *lse.stride()[:2], seqlen_q, nheads, head_dv, splits)
         combine_kwargs = dict(BLOCK_S=combine_block_s(splits, HEAD_DV), HEAD_DV=HEAD_DV,
-                              num_warps=4, PDL=early, launch_pdl=early)
+                              num_warps=4)
         plans.launch(record, _combine_kernel, combine_grid, combine_args, combine_kwargs)
     if record is not None:
         tensors = {**_inputs(q, k_cache, v_cache, call, params), "out": out, "lse": lse,
