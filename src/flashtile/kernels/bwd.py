@@ -496,11 +496,14 @@ _dkdv = triton.autotune(
     prune_configs_by={"early_config_prune": _dkdv_prune}, reset_to_zero=["DQ_ACC"],
 )(_bwd_dkdv_kernel)
 _dkdv_launch = TunedLaunch(_dkdv)
-# dQ keeps a query tile resident and streams KV tiles: the forward's shape.
+# dQ keeps a query tile resident and streams KV tiles: the forward's shape. 128x32 / 8 warps
+# / 2 stages is for d=256, where autotuning picks it: 1.9 ms against the large-head config's
+# 3.0 ms (4k unmasked, H200; 0 spills offline; docs/perf.md, session 19). It does not fit
+# fp32 there, so the last entry stays the fallback.
 _dq = triton.autotune(
     configs=_configs(_shapes("FLASHTILE_DQ_SHAPES", [
         (128, 64, 8, 3), (64, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 2), (128, 32, 4, 3),
-        (64, 64, 8, 2)])),
+        (128, 32, 8, 2), (64, 64, 8, 2)])),
     key=_KEY, prune_configs_by={"early_config_prune": functools.partial(prune_configs, kind="dq")},
     cache_results=True, do_bench=graph_bench,
 )(_bwd_dq_kernel)
