@@ -14,10 +14,11 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
     FLASHTILE_GLUON_FWD_CONFIG=64,32,4,240 python3 scripts/inspect_kernels.py --gluon --d 256
 
 ``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``,
-``kernels/dq_hopper.py``; configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``
-or their defaults; a backward kernel without a config for ``--d`` is skipped: d=256 compiles the
-forward alone) and exits 1 if ptxas spills or warns of a performance loss in any (its C75xx
-warnings: wgmma serialised), 0 otherwise.
+``kernels/dq_hopper.py``, ``kernels/bwd256_hopper.py``; configs from
+``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BWD256_CONFIG`` or their
+defaults; a backward kernel without a config for ``--d`` is skipped: d=256 compiles the
+forward and the d=256 dK/dV kernel) and exits 1 if ptxas spills or warns of a performance
+loss in any (its C75xx warnings: wgmma serialised), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class GluonCapture:
 def has_config(module, d: int) -> bool:
     """Whether the Gluon kernel ``module`` has a config for head dim d (its own, or one given
     by its ``FLASHTILE_GLUON_*_CONFIG`` override); if not, it is skipped, with a note (the
-    backward kernels cover d 64/128 only: d=256 compiles the forward alone)."""
+    backward kernels cover d 64/128, bwd256_hopper d=256 alone)."""
     try:
         module.config(d)
     except KeyError:
@@ -146,13 +147,15 @@ def inspect_gluon(args, dtype) -> int:
     """The Gluon forward, dK/dV (and with ``--one-pass`` the one-pass dK/dV+dQ), and dQ kernels
     at one head dim and mask; 1 if any spills or ptxas warns that it serialised the wgmmas."""
     import flashtile
-    from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
+    from flashtile.kernels import bwd256_hopper, bwd_hopper, dq_hopper, fwd_hopper
     sink = []
     fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
                                                  sink)
     bwd_hopper._dkdv_hopper_kernel = GluonCapture("gluon dkdv", bwd_hopper._dkdv_hopper_kernel,
                                                   sink)
     dq_hopper._dq_hopper_kernel = GluonCapture("gluon dq", dq_hopper._dq_hopper_kernel, sink)
+    bwd256_hopper._dkdv256_kernel = GluonCapture("gluon dkdv256", bwd256_hopper._dkdv256_kernel,
+                                                 sink)
     heads = args.heads or 2048 // args.d
     q, k, v, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(4))
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
@@ -168,6 +171,9 @@ def inspect_gluon(args, dtype) -> int:
                             params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
+    if args.d == 256:           # (its config is d=256's alone: not noted as skipped elsewhere)
+        bwd256_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                           params)
     clean = True
     for name, kernel in sink:
         sass, report = summarize(name, kernel, args.dump)

@@ -71,21 +71,24 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
-def test_gluon_forward_at_d256_compiles_clean(mask):
-    """d=256: the Gluon forward alone (the backward kernels have no config there and are
-    skipped) compiles for sm_90a with no spills and its wgmmas asynchronous (64 keys x 2
-    slots, O through Q: kernels/fwd_hopper.py), in the shared memory of one H200 SM."""
+def test_gluon_kernels_at_d256_compile_clean(mask):
+    """d=256: the Gluon forward and the d=256 dK/dV kernel (the d=64/128 backward kernels have
+    no config there and are skipped) compile for sm_90a with no spills and their wgmmas
+    asynchronous (forward: 64 keys x 2 slots, O through Q, kernels/fwd_hopper.py; dK/dV: the
+    consumers split the head dim, kernels/bwd256_hopper.py), each in the shared memory of one
+    H200 SM."""
     out = _run("inspect_kernels.py", "--gluon", "--d", "256",
                *([mask] if mask == "--causal" else []))
-    lines = [x for x in out.splitlines() if x.startswith("== gluon")]
-    assert len(lines) == 1 and lines[0].startswith("== gluon fwd (ws):"), out
+    lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
+    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv256"}, out
     assert "skipped bwd_hopper" in out and "skipped dq_hopper" in out, out
-    line = lines[0]
-    assert " 0 bytes spill stores" in line and "C75" not in line, line
-    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
-    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split("wgmma waits:")[1]
-                                                   .splitlines()[0]))
-    assert n_waits * 4 <= n_hgmma, out
+    for line in lines.values():
+        assert " 0 bytes spill stores" in line and "C75" not in line, line
+        assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+        n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
+                                                       .split("wgmma waits:")[1]
+                                                       .splitlines()[0]))
+        assert n_waits * 4 <= n_hgmma, out
 
 
 def test_host_overhead_times_the_host_path():

@@ -567,7 +567,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         # and how is then a function of the key, and their launches are steps of the plan
         # like any other)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), mode,
-               gluon_settings(q.device, ("bwd_hopper", "dq_hopper")))
+               gluon_settings(q.device, ("bwd_hopper", "dq_hopper", "bwd256_hopper")))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
@@ -589,6 +589,10 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         atomic = mode == "atomic"
     hopper_dq = (_gluon_kernel("dq_hopper", dout, q, k, v, params) if dense and not atomic
                  else None)
+    # d=256 (opt-in, FLASHTILE_GLUON_BWD256=1): dK/dV from its own Gluon kernel, dQ in two
+    # passes (a forced one pass keeps the tile-level kernel)
+    hopper256 = (_gluon_kernel("bwd256_hopper", dout, q, k, v, params)
+                 if dense and hopper is None and not atomic else None)
     last_dq_pass = "atomic" if atomic else "two-pass"
     # varlen: the gradients (total, h, d) alias the kernels' (1, total, h, d) buffers
     # (detached, as the forward's output)
@@ -650,6 +654,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if hopper is not None:
         hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record,
                     dq_acc if atomic else None)
+    elif hopper256 is not None:
+        hopper256.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record)
     else:
         plans.launch(record, _dkdv_launch, dkdv_grid, (
             q, k, v, dout, lse, dsum, dk4, dv4, dq_acc, slopes_arg, bias_ptr, dbias_arg,

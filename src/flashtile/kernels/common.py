@@ -91,10 +91,12 @@ def env_forced(name: str) -> bool | None:
 # variable that overrides their config (sweeps). The dK/dV kernel is on by default (faster
 # than the tile-level one, docs/perf.md session 10); the forward is on where it measured ahead
 # ("auto": d=128, and d=64 without the causal mask; session 11); dQ is opt-in (no net gain,
-# session 10).
+# session 10); the d=256 dK/dV kernel is opt-in until measured (issue 7).
 GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON_FWD_CONFIG"),
                   "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1", "FLASHTILE_GLUON_BWD_CONFIG"),
-                  "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG")}
+                  "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG"),
+                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256", "0",
+                                    "FLASHTILE_GLUON_BWD256_CONFIG")}
 
 
 # Further variables a Gluon kernel's launch reads (for plan keys): the grids, the causal
@@ -102,7 +104,9 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_EARLY_S1"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
-                                "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE")}
+                                "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE"),
+                 "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
+                                   "FLASHTILE_GLUON_BWD256_GROUP")}
 
 
 def gluon_switch(module: str) -> str:

@@ -1,0 +1,485 @@
+"""Hopper dK/dV kernel at head dim 256, written in Gluon: the two consumers split the head dim.
+
+Notation: ``BLOCK_N`` keys per work item (64: one wgmma's rows), ``BLOCK_M`` queries per
+(Q, dO) tile, ``HEAD_D`` = 256 and ``HALF_D`` = 128 (a consumer's columns of dK and dV);
+``S^T`` (keys x queries) the transposed scores, ``P^T = exp2(S^T * scale*log2e - LSE*log2e)``,
+``dP^T = V dO^T``, ``dS^T = P^T (dP^T - D)`` with ``D = rowsum(dO * O)`` (the preprocess
+kernel's rows), ``dV = P^T dO``, ``dK = scale * dS^T Q``.
+
+:mod:`.bwd_hopper` gives each of its two consumer warpgroups 64 keys of its own and the whole
+head dim: at d=256 their dK and dV alone (64 x 256 fp32 each) would take 256 registers per
+thread. Here both consumers work on the same 64 keys and split the work instead:
+
+- **three partitions per CTA**: a one-warp *loader* loads the item's K and V tiles (64 x 256,
+  once per item) and streams (Q, dO) tiles of ``BLOCK_M`` queries x 256 by TMA through a ring
+  of ``NUM_STAGES`` slots (both consumers release a slot), over every query head of the KV
+  head's GQA group, causal items from the first query tile that sees their keys;
+- **consumer 0** computes ``S^T = K Q^T`` (contraction 256), ``P^T`` (with the causal mask)
+  and stores it (fp16/bf16) into one of two shared ``P^T`` tiles; **consumer 1** computes
+  ``dP^T = V dO^T``, reads ``P^T`` back, and stores ``dS^T`` into one of two shared ``dS^T``
+  tiles. Then consumer ``h`` adds ``dV_h += P^T dO[:, 128h:128h+128]`` and
+  ``dK_h += dS^T Q[:, 128h:128h+128]`` (64 + 64 fp32 registers per thread); consumer 0
+  takes P^T from registers, every other such operand comes from its shared tile (dS^T as
+  consumer 1's register operand made ptxas serialise every wgmma: C7512). Consumer 1
+  computes dS^T from the fp16/bf16 P^T it reads back (the product's operand anyway);
+- **overlap**: consumer 0 issues the next tile's ``S^T`` right after this tile's ``dV_0``,
+  so it runs while consumer 1 computes ``dS^T``; consumer 0 then computes the next ``P^T``
+  while its own ``dK_0`` and consumer 1's three products run (it waits for ``S^T`` and
+  ``dV_0`` before the loop's back edge, for ``dK_0`` once ``P^T`` is stored). The shared
+  ``P^T``/``dS^T`` tiles are double buffered and freed by mbarriers once the other
+  consumer's products that read them are done;
+- **registers**: the loader runs on 24 registers per thread, the consumers on up to 240;
+- **epilogue**: once every product that reads K and V is done (consumer 0 has seen the last
+  ``dS^T``, consumer 1 the last ``P^T``), consumer ``h`` stages ``scale * dK_h`` and ``dV_h``
+  in column half ``h`` of the K and V tiles and writes them by TMA.
+
+Shared memory: K + V 64 KB, a ring slot ``2 * BLOCK_M * 256 * 2`` B, the ``P^T``/``dS^T``
+tiles ``2 * 2 * 64 * BLOCK_M * 2`` B (:data:`_CONFIGS`). dQ comes from a second pass (the
+tile-level dQ kernel, :mod:`.bwd`). Work items are 64 keys of one (batch, KV head), one
+program each by default (``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: one program per SM, each
+looping over items; the next item's first (Q, dO) tiles load during this item's epilogue,
+its K and V once this item's dK and dV have left them).
+
+Cover: sm_90, fp16/bf16, dense (no varlen, paging, dropout, softcap, ALiBi, bias or mods),
+d = 256 for q, k and v, causal only with sq = sk, lengths that are multiples of the tiles,
+foldable q/k/v/dout (:func:`.fwd_hopper.covers`, :func:`.fwd_hopper.gradient_tiles_fit`),
+dQ in two passes. Off by default until measured on the H200: ``FLASHTILE_GLUON_BWD256=1``
+turns it on (issue 7: the tile-level backward reached 0.44 of d=128's fraction of peak).
+"""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.runtime.jit import constexpr_function
+
+from . import fwd_hopper, plans
+from .common import gluon_switch_on
+
+# (head dim) -> (keys per item, queries per tile, ring slots, consumer registers); the keys
+# are one wgmma's 64 rows. Offline (sm_90a, scripts/inspect_kernels.py --gluon --d 256, bf16
+# and fp16, causal or not) every config tried compiles with 0 B of spills and 11 wgmma waits
+# (none serialised): 32 queries x 4 / 3 / 2 slots (213.5 / 180.7 / 148 KB of shared memory,
+# 80 HGMMA), 64 x 2 (229.9 KB, 96 HGMMA; its busiest partition up to register 231 of 240),
+# 16 x 4 / 8 (139.8 / 205.4 KB, 72 HGMMA), and at 232 registers too. Unmeasured: 32 x 4 by
+# default, for the ring's depth (at 64 x 2 the next tile's loads start only once the
+# previous tile is done, and must land before this tile's products end).
+# Tried and rejected offline: dS^T as consumer 1's register A operand of dK_1 (C7512, every
+# wgmma serialised; from its shared tile none is), and consumer 0 waiting for S^T of tile
+# t+1 at the top of the next tile rather than before the loop's back edge (C7514).
+_CONFIGS = {256: (64, 32, 4, 240)}
+
+# Work items per KV head up to which the causal order runs in chunks of 1
+# (:func:`.fwd_hopper.causal_group`): never (bwd_hopper's d=128 rule; unmeasured here).
+SINGLE_UPTO = 0
+
+
+@constexpr_function
+def _pt_layout(keys, queries, dtype):
+    """The shared layout of a ``P^T``/``dS^T`` tile ``(keys, queries)`` (a wgmma A operand)."""
+    return gl.NVMMASharedLayout.get_default_for([keys, queries], dtype)
+
+
+@gluon.jit
+def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_b, stride_h,
+          BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+    """Work item w: BLOCK_N keys of one (batch, KV head), causal orders taking the first keys
+    (seen by the most queries) first (:func:`.fwd_hopper._work_tile`). Returns (first key n0,
+    K/V row and column in the folded views, first query tile i0, query tiles per head n_i,
+    tiles in all n_t, Q/dO row and column, the offset of the group's first query head's rows
+    in an ``(b, hq, sq)`` array of strides ``stride_b``/``stride_h``)."""
+    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, GROUP)
+    off_b = bh // nheads_kv
+    off_hkv = bh % nheads_kv
+    n0 = tile * BLOCK_N
+    if CAUSAL:   # queries before the item's first key see none of its keys
+        i0 = n0 // BLOCK_M
+    else:
+        i0 = 0
+    n_i = seqlen_q // BLOCK_M - i0
+    return (n0, off_b * seqlen_k + n0, off_hkv * HEAD_D, i0, n_i, group * n_i,
+            off_b * seqlen_q, off_hkv * group * HEAD_D,
+            off_b * stride_b + off_hkv * group * stride_h)
+
+
+@gluon.jit
+def _load(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, k_ready, v_ready,
+          kv_empty, ready, empty, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+          BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+    """Loader partition: for each of this program's work items (``program_id``,
+    ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (loads counted
+    across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
+    query head ``t // n_i``, and its K and V tiles. A slot is refilled only after both
+    consumers released it; K and V once both consumers' dK/dV stores of the previous item
+    have left them, so they are loaded after the item's first ``NUM_STAGES`` (Q, dO) tiles
+    (in a persistent grid those load during the previous item's epilogue)."""
+    it = 0
+    c = 0
+    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        _, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, _ = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, BLOCK_N, BLOCK_M,
+            HEAD_D, CAUSAL, GROUP)
+        kv_after = gl.minimum(n_t, NUM_STAGES) - 1
+        for t in range(n_t):
+            r = it + t
+            slot = r % NUM_STAGES
+            mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
+            row = q_row0 + (i0 + t % n_i) * BLOCK_M
+            col = q_col0 + (t // n_i) * HEAD_D
+            bar = ready.index(slot)
+            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
+            tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+            if t == kv_after:
+                # (a fresh barrier passes a wait on parity 1: the first item finds them free)
+                mbarrier.wait(kv_empty, (c & 1) ^ 1)
+                mbarrier.expect(k_ready, k_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(k_desc, [kv_row0, kv_col], k_ready, k_smem)
+                mbarrier.expect(v_ready, v_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(v_desc, [kv_row0, kv_col], v_ready, v_smem)
+        it += n_t
+        c += 1
+
+
+@gluon.jit
+def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
+    """Sequence positions of tile t's queries (tile t: query tile ``i0 + t % n_i``)."""
+    return (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+
+
+@gluon.jit
+def _rows(ROWS, base, stride_h, t, i0, n_i, scale, BLOCK_M: gl.constexpr,
+          col_layout: gl.constexpr):
+    """Tile t's rows of ``ROWS`` (LSE or D; of the group's query head ``t // n_i``) times
+    ``scale``."""
+    q_pos = _query_pos(t, i0, n_i, BLOCK_M, col_layout)
+    return gl.load(ROWS + base + (t // n_i) * stride_h + q_pos) * scale
+
+
+@gluon.jit
+def _store_half(dk, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0, kv_col,
+                HALF: gl.constexpr):
+    """A consumer's column half ``HALF`` of dK (already scaled) and dV through the same half
+    of the K and V tiles (no product reads them any more) by TMA; K and V are handed back to
+    the loader once both halves have left."""
+    HALF_D: gl.constexpr = dk_desc.block_type.shape[1]
+    k_half = k_smem.slice(HALF * HALF_D, HALF_D, dim=1)
+    v_half = v_smem.slice(HALF * HALF_D, HALF_D, dim=1)
+    k_half.store(dk.to(dk_desc.dtype))
+    v_half.store(dv.to(dv_desc.dtype))
+    fence_async_shared()
+    gl.thread_barrier()         # (every thread's part stored before the one issue)
+    tma.async_copy_shared_to_global(dk_desc, [kv_row0, kv_col + HALF * HALF_D], k_half)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row0, kv_col + HALF * HALF_D], v_half)
+    tma.store_wait(0)
+    gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
+    mbarrier.arrive(kv_empty, count=1)
+
+
+@gluon.jit
+def _p_tile(st, dk, dv, lse2, keys, r, t, i0, n_i, k_smem, q_smem, do_smem, pt_smem, ds_smem,
+            ready, empty, pt_ready, pt_free, ds_ready, ds_free, LSE, lse_base, stride_lse_h,
+            qk_scale, s_zero, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
+            CAUSAL: gl.constexpr, NEXT: gl.constexpr, a_layout: gl.constexpr,
+            col_layout: gl.constexpr):
+    """Consumer 0, tile t (the ring's load r): with ``S^T`` issued (and ``dV_0``, ``dK_0`` of
+    tile t-1 in flight), P^T into its shared tile, then ``dV_0 += P^T dO[:, :128]``, the next
+    tile's ``S^T`` (``NEXT``) and, once consumer 1's dS^T has landed,
+    ``dK_0 += dS^T Q[:, :128]``; tile t-1's slot and dS^T tile are released as soon as its
+    ``dK_0`` is done."""
+    HALF_D: gl.constexpr = q_smem.shape[2] // 2
+    dtype: gl.constexpr = pt_smem.dtype
+    slot = r % NUM_STAGES
+    b = r % 2
+    st, dv = warpgroup_mma_wait(1, deps=(st, dv))
+    pt = gl.exp2(st * qk_scale - lse2[None, :])
+    if CAUSAL:                                   # key j is seen by query i iff j <= i
+        q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
+        pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
+    pt = pt.to(dtype)
+    mbarrier.wait(pt_free.index(b), ((r // 2) & 1) ^ 1)     # (tile t-2's P^T read)
+    pt_smem.index(b).store(pt)
+    fence_async_shared()
+    gl.thread_barrier()         # (every thread's part stored before the one arrival)
+    mbarrier.arrive(pt_ready.index(b), count=1)
+    dk = warpgroup_mma_wait(0, deps=(dk,))
+    if t > 0:                   # tile t-1's Q, dO and dS^T are read as far as this one goes
+        mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
+        mbarrier.arrive(ds_free.index((r - 1) % 2), count=1)
+    dv = warpgroup_mma(gl.convert_layout(pt, a_layout), do_smem.index(slot).slice(0, HALF_D,
+                                                                                   dim=1),
+                       dv, is_async=True)
+    if NEXT:
+        lse2 = _rows(LSE, lse_base, stride_lse_h, t + 1, i0, n_i, 1.4426950408889634,
+                     BLOCK_M, col_layout)
+        nslot = (r + 1) % NUM_STAGES
+        mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
+        st = warpgroup_mma(k_smem, q_smem.index(nslot).permute((1, 0)), s_zero, use_acc=False,
+                           is_async=True)
+    mbarrier.wait(ds_ready.index(b), (r // 2) & 1)
+    dk = warpgroup_mma(ds_smem.index(b), q_smem.index(slot).slice(0, HALF_D, dim=1), dk,
+                       is_async=True)
+    if NEXT:
+        st, dv = warpgroup_mma_wait(1, deps=(st, dv))
+        st = warpgroup_mma_init(st)
+        dv = warpgroup_mma_init(dv)
+    return st, dk, dv, lse2
+
+
+@gluon.jit
+def _p_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, k_ready, kv_empty, ready,
+               empty, pt_ready, pt_free, ds_ready, ds_free, dk_desc, dv_desc, LSE,
+               stride_lse_b, stride_lse_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
+               seqlen_k, qk_scale, sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+               HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               GROUP: gl.constexpr):
+    """Consumer 0 (the default partition): ``S^T``, ``P^T``, and column half 0 of dK and dV,
+    for each of this program's work items."""
+    HALF_D: gl.constexpr = HEAD_D // 2
+    s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HALF_D)[0]
+    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HALF_D)[1]
+    a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HALF_D)[2]
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    it = 0          # (Q, dO) tiles read from the ring so far
+    c = 0           # work items done so far
+    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        n0, kv_row0, kv_col, i0, n_i, n_t, _, _, lse_base = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
+            stride_lse_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        keys = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+        s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+        mbarrier.wait(k_ready, c & 1)
+        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
+        st = warpgroup_mma(k_smem, q_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+        # Tile 0's S^T completes before dK/dV's zeros exist (see fwd_hopper: the compiler
+        # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
+        st = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(st,)))
+        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+        lse2 = _rows(LSE, lse_base, stride_lse_h, 0, i0, n_i, 1.4426950408889634, BLOCK_M,
+                     col_layout)
+        for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
+            st, dk, dv, lse2 = _p_tile(
+                st, dk, dv, lse2, keys, it + t, t, i0, n_i, k_smem, q_smem, do_smem, pt_smem,
+                ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, LSE, lse_base,
+                stride_lse_h, qk_scale, s_zero, BLOCK_M, NUM_STAGES, CAUSAL, True, a_layout,
+                col_layout)
+        r = it + n_t - 1
+        st, dk, dv, lse2 = _p_tile(
+            st, dk, dv, lse2, keys, r, n_t - 1, i0, n_i, k_smem, q_smem, do_smem, pt_smem,
+            ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, LSE, lse_base,
+            stride_lse_h, qk_scale, s_zero, BLOCK_M, NUM_STAGES, CAUSAL, False, a_layout,
+            col_layout)
+        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+        mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
+        mbarrier.arrive(ds_free.index(r % 2), count=1)
+        # (consumer 1's last dP^T is done: it stored the last dS^T, which this one waited for)
+        _store_half(dk * sm_scale, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0,
+                    kv_col, 0)
+        it += n_t
+        c += 1
+
+
+@gluon.jit
+def _ds_tile(dpt, dk, dv, d_row, r, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem, ds_smem,
+             ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base, stride_d_h,
+             s_zero, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, NEXT: gl.constexpr,
+             a_layout: gl.constexpr, col_layout: gl.constexpr):
+    """Consumer 1, tile t (the ring's load r): with ``dP^T`` issued (and tile t-1's ``dK_1``,
+    ``dV_1`` in flight), all three done (tile t-1's slot and P^T tile released); P^T read
+    back once consumer 0 stored it; dS^T into its shared tile; then
+    ``dK_1 += dS^T Q[:, 128:]``, ``dV_1 += P^T dO[:, 128:]`` and the next tile's ``dP^T``
+    (``NEXT``)."""
+    HALF_D: gl.constexpr = q_smem.shape[2] // 2
+    dtype: gl.constexpr = ds_smem.dtype
+    slot = r % NUM_STAGES
+    b = r % 2
+    dpt, dk, dv = warpgroup_mma_wait(0, deps=(dpt, dk, dv))
+    if t > 0:                   # tile t-1's Q, dO and P^T are read as far as this one goes
+        mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
+        mbarrier.arrive(pt_free.index((r - 1) % 2), count=1)
+    mbarrier.wait(pt_ready.index(b), (r // 2) & 1)
+    pt = pt_smem.index(b).load(dpt.type.layout).to(gl.float32)
+    dst = (pt * (dpt - d_row[None, :])).to(dtype)
+    mbarrier.wait(ds_free.index(b), ((r // 2) & 1) ^ 1)     # (tile t-2's dS^T read)
+    ds_smem.index(b).store(dst)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready.index(b), count=1)
+    if NEXT:
+        d_row = _rows(DSUM, d_base, stride_d_h, t + 1, i0, n_i, 1.0, BLOCK_M, col_layout)
+    dk = warpgroup_mma(ds_smem.index(b),
+                       q_smem.index(slot).slice(HALF_D, HALF_D, dim=1), dk, is_async=True)
+    dv = warpgroup_mma(pt_smem.index(b), do_smem.index(slot).slice(HALF_D, HALF_D, dim=1), dv,
+                       is_async=True)
+    if NEXT:
+        nslot = (r + 1) % NUM_STAGES
+        mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
+        dpt = warpgroup_mma(v_smem, do_smem.index(nslot).permute((1, 0)), s_zero,
+                            use_acc=False, is_async=True)
+    return dpt, dk, dv, d_row
+
+
+@gluon.jit
+def _ds_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, v_ready, kv_empty, ready,
+                empty, pt_ready, pt_free, ds_ready, ds_free, dk_desc, dv_desc, DSUM,
+                stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
+                seqlen_k, sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                GROUP: gl.constexpr):
+    """Consumer 1 (a four-warp worker): ``dP^T``, ``dS^T``, and column half 1 of dK and dV,
+    for each of this program's work items."""
+    HALF_D: gl.constexpr = HEAD_D // 2
+    s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HALF_D)[0]
+    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HALF_D)[1]
+    a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HALF_D)[2]
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    it = 0
+    c = 0
+    for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        _, kv_row0, kv_col, i0, n_i, n_t, _, _, d_base = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_d_b, stride_d_h,
+            BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+        mbarrier.wait(v_ready, c & 1)
+        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
+        dpt = warpgroup_mma(v_smem, do_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
+                            use_acc=False, is_async=True)
+        dpt = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(dpt,)))
+        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+        d_row = _rows(DSUM, d_base, stride_d_h, 0, i0, n_i, 1.0, BLOCK_M, col_layout)
+        for t in range(n_t - 1):
+            dpt, dk, dv, d_row = _ds_tile(
+                dpt, dk, dv, d_row, it + t, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem,
+                ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base,
+                stride_d_h, s_zero, BLOCK_M, NUM_STAGES, True, a_layout,
+                col_layout)
+        r = it + n_t - 1
+        dpt, dk, dv, d_row = _ds_tile(
+            dpt, dk, dv, d_row, r, n_t - 1, i0, n_i, v_smem, q_smem, do_smem, pt_smem,
+            ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base,
+            stride_d_h, s_zero, BLOCK_M, NUM_STAGES, False, a_layout,
+            col_layout)
+        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+        mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
+        mbarrier.arrive(pt_free.index(r % 2), count=1)
+        # (consumer 0's last S^T is done: it stored the last P^T, which this one read)
+        _store_half(dk * sm_scale, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0,
+                    kv_col, 1)
+        it += n_t
+        c += 1
+
+
+@gluon.jit
+def _dkdv256_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DSUM,
+                    stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, nheads_kv, group,
+                    seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
+                    BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                    CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
+    # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
+    # n_work programs: one each): BLOCK_N keys of one (batch, KV head) apiece.
+    dtype: gl.constexpr = k_desc.dtype
+    k_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BLOCK_N, HEAD_D], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
+    pt_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M],
+                                        _pt_layout(BLOCK_N, BLOCK_M, dtype))
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M],
+                                        _pt_layout(BLOCK_N, BLOCK_M, dtype))
+    k_ready = fwd_hopper.barriers(1, 1).index(0)
+    v_ready = fwd_hopper.barriers(1, 1).index(0)
+    kv_empty = fwd_hopper.barriers(1, 2).index(0)       # both consumers' stores have left
+    ready = fwd_hopper.barriers(NUM_STAGES, 1)
+    empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
+    pt_ready = fwd_hopper.barriers(2, 1)                # consumer 0 stored P^T
+    pt_free = fwd_hopper.barriers(2, 1)                 # consumer 1's reads of P^T done
+    ds_ready = fwd_hopper.barriers(2, 1)                # consumer 1 stored dS^T
+    ds_free = fwd_hopper.barriers(2, 1)                 # consumer 0's read of dS^T done
+
+    gl.warp_specialize([
+        (_p_consume, (k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, k_ready, kv_empty,
+                      ready, empty, pt_ready, pt_free, ds_ready, ds_free, dk_desc, dv_desc, LSE,
+                      stride_lse_b, stride_lse_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
+                      seqlen_k, qk_scale, sm_scale, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
+                      CAUSAL, GROUP)),
+        (_ds_consume, (k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, v_ready, kv_empty,
+                       ready, empty, pt_ready, pt_free, ds_ready, ds_free, dk_desc, dv_desc,
+                       DSUM, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
+                       seqlen_q, seqlen_k, sm_scale, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
+                       CAUSAL, GROUP)),
+        (_load, (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, k_ready,
+                 v_ready, kv_empty, ready, empty, n_work, n_ntiles, nheads_kv, group, seqlen_q,
+                 seqlen_k, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def config(d: int) -> tuple[int, int, int, int]:
+    """(keys per item, queries per tile, ring slots, consumer registers) for head dim d;
+    ``FLASHTILE_GLUON_BWD256_CONFIG=keys,queries,slots,regs`` overrides it (for sweeps). The
+    keys are one wgmma's 64 rows; the schedule holds tiles t and t+1 at once (2+ slots)."""
+    keys, queries, stages, regs = fwd_hopper.env_config("bwd256_hopper", _CONFIGS, d)
+    if keys != 64 or stages < 2 or queries not in (16, 32, 64):
+        raise ValueError(f"FLASHTILE_GLUON_BWD256_CONFIG: the d=256 Gluon dK/dV kernel needs "
+                         f"64 keys, 16, 32 or 64 queries and at least 2 ring slots, got "
+                         f"{keys},{queries},{stages},{regs}")
+    return keys, queries, stages, regs
+
+
+def enabled() -> bool:
+    """Off by default until measured on the H200; ``FLASHTILE_GLUON_BWD256=1`` turns it on."""
+    return gluon_switch_on("bwd256_hopper")
+
+
+def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+             params) -> bool:
+    """True when this kernel can compute the call's dK and dV (see the module docstring)."""
+    if not (enabled() and fwd_hopper.covers(q, k, v, params, _CONFIGS)):
+        return False
+    keys, queries = config(q.shape[3])[:2]
+    return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, keys)
+
+
+def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> TensorDescriptor:
+    """A TMA descriptor of ``t`` ``(b, s, h, d)`` read as the folded ``(b*s, h*d)`` view in
+    ``block`` (rows, columns) tiles: whole rows of the head dim, or a consumer's half of
+    them (dK, dV)."""
+    t2 = fwd_hopper.folded(t)
+    rows, cols = block
+    return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols],
+                            fwd_hopper._tile_layout(rows, cols, t.dtype))
+
+
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
+    """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, 256)``,
+    ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
+    (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
+    plan's recorder (:func:`.plans.gluon_launch`)."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
+    block_n, block_m, stages, regs = config(d)
+    n_ntiles = sk // block_n
+    n_work = n_ntiles * b * hkv
+    causal = fwd_hopper.causal(params)
+    grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD256_PERSISTENT", False)
+    plans.gluon_launch(
+        record, _dkdv256_kernel, (grid,),
+        ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
+         (dk, (block_n, d // 2)), (dv, (block_n, d // 2))),
+        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
+         hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
+         params.softmax_scale),
+        dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
+             CONSUMER_REGS=regs, num_warps=4,
+             GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO,
+                                           "FLASHTILE_GLUON_BWD256_GROUP") if causal else 1),
+        _descriptor, "dkdv", f"gluon d256 {block_n}x{block_m}/{stages}s")
