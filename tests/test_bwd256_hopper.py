@@ -40,26 +40,28 @@ def flash_params(q, k, v, causal=False, softcap=0.0):
 
 
 def test_config_and_its_override(monkeypatch):
-    """64 keys x 32 queries x 4 slots by default; ``FLASHTILE_GLUON_BWD256_CONFIG`` overrides
+    """64 keys x 64 queries x 2 slots by default; ``FLASHTILE_GLUON_BWD256_CONFIG`` overrides
     it, and refuses what the kernel cannot run (keys other than 64, fewer than 2 slots,
     other query tiles)."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD256_CONFIG", raising=False)
-    assert bwd256_hopper.config(256) == (64, 32, 4, 240)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD256_CONFIG", "64,64,2,240")
     assert bwd256_hopper.config(256) == (64, 64, 2, 240)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD256_CONFIG", "64,32,4,240")
+    assert bwd256_hopper.config(256) == (64, 32, 4, 240)
     for bad in ("128,32,4,240", "64,32,1,240", "64,48,2,240"):
         monkeypatch.setenv("FLASHTILE_GLUON_BWD256_CONFIG", bad)
         with pytest.raises(ValueError, match="64 keys"):
             bwd256_hopper.config(256)
 
 
-def test_switch_is_off_by_default_and_in_the_plan_key(monkeypatch):
-    """Off unless ``FLASHTILE_GLUON_BWD256=1`` (until measured on the H200); its switch,
+def test_switch_is_on_by_default_and_in_the_plan_key(monkeypatch):
+    """On unless ``FLASHTILE_GLUON_BWD256=0`` (measured ahead on the H200); its switch,
     config and options are part of the backward's plan key (:func:`.common.gluon_settings`,
     read as on sm_90 here)."""
     monkeypatch.delenv(SWITCH, raising=False)
+    assert bwd256_hopper.enabled()
+    monkeypatch.setenv(SWITCH, "0")
     assert not bwd256_hopper.enabled()
-    assert common.GLUON_SWITCHES["bwd256_hopper"] == (SWITCH, "0",
+    assert common.GLUON_SWITCHES["bwd256_hopper"] == (SWITCH, "1",
                                                         "FLASHTILE_GLUON_BWD256_CONFIG")
     monkeypatch.setattr(common, "is_sm90", lambda device: True)
     off = common.gluon_settings(torch.device("cpu"), ("bwd_hopper", "bwd256_hopper"))
@@ -78,7 +80,7 @@ def test_switch_is_off_by_default_and_in_the_plan_key(monkeypatch):
     ("dout-dtype", False), ("bhsd-layout", False)])
 def test_cover(monkeypatch, case, expected):
     """Which calls the kernel takes (the device read as sm_90, so this runs on the CPU):
-    fp16/bf16 d=256 dense calls with lengths in whole tiles (32 queries, 64 keys), causal
+    fp16/bf16 d=256 dense calls with lengths in whole tiles (64 queries, 64 keys), causal
     only with sq = sk, q/k/v/dout that TMA can read, and only when switched on."""
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     monkeypatch.setenv(SWITCH, "1")
@@ -133,7 +135,7 @@ def test_launch(monkeypatch, causal, persistent):
     n_work = 2 * 2 * 4096 // 64
     assert role == "dkdv" and grid == ((132,) if persistent else (n_work,))
     assert (meta["BLOCK_N"], meta["BLOCK_M"], meta["HEAD_D"], meta["NUM_STAGES"]) == \
-        (64, 32, 256, 4)
+        (64, 64, 256, 2)
     assert meta["CAUSAL"] == causal and meta["GROUP"] == (8 if causal else 1)
 
 
@@ -200,11 +202,11 @@ def test_gradients(gluon_calls, shape, causal, dtype):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("config", ["64,64,2,240", "64,32,2,240", "64,16,4,240"])
+@pytest.mark.parametrize("config", ["64,32,4,240", "64,32,2,240", "64,16,4,240"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_other_configs(gluon_calls, monkeypatch, config, causal):
-    """The configs that compile clean offline besides the default (64 queries per tile with
-    two slots, 32 with two, 16 with four): gradients within budget."""
+    """The configs that compile clean offline besides the default (32 queries per tile with
+    four slots, 32 with two, 16 with four): gradients within budget."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD256_CONFIG", config)
     check(2, 512, 512, 4, 2, 256, 256, torch.bfloat16, causal=causal)
     assert_ran(gluon_calls)
@@ -269,7 +271,7 @@ def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
 @pytest.mark.parametrize("case", ["switched-off", "ragged-length", "causal-sq-ne-sk",
                                   "bhsd-layout", "softcap", "atomic-dq", "d128"])
 def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
-    """Calls outside the kernel's cover (or with it switched off, its default) run the
+    """Calls outside the kernel's cover (or with it switched off) run the
     tile-level dK/dV kernel (d=128: the d=128 Gluon kernel), still within budget; a forced
     one pass (``FLASHTILE_BWD_DQ=atomic``) keeps the tile-level kernel, which adds dQ."""
     b, sq, sk, hq, hkv, d = 1, 512, 512, 4, 2, 256

@@ -589,7 +589,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         atomic = mode == "atomic"
     hopper_dq = (_gluon_kernel("dq_hopper", dout, q, k, v, params) if dense and not atomic
                  else None)
-    # d=256 (opt-in, FLASHTILE_GLUON_BWD256=1): dK/dV from its own Gluon kernel, dQ in two
+    # d=256 (FLASHTILE_GLUON_BWD256=0 turns it off): dK/dV from its own Gluon kernel, dQ in two
     # passes (a forced one pass keeps the tile-level kernel)
     hopper256 = (_gluon_kernel("bwd256_hopper", dout, q, k, v, params)
                  if dense and hopper is None and not atomic else None)

@@ -43,8 +43,10 @@ its K and V once this item's dK and dV have left them).
 Cover: sm_90, fp16/bf16, dense (no varlen, paging, dropout, softcap, ALiBi, bias or mods),
 d = 256 for q, k and v, causal only with sq = sk, lengths that are multiples of the tiles,
 foldable q/k/v/dout (:func:`.fwd_hopper.covers`, :func:`.fwd_hopper.gradient_tiles_fit`),
-dQ in two passes. Off by default until measured on the H200: ``FLASHTILE_GLUON_BWD256=1``
-turns it on (issue 7: the tile-level backward reached 0.44 of d=128's fraction of peak).
+dQ in two passes. On by default on sm_90 (``FLASHTILE_GLUON_BWD256=0`` turns it off): on
+the H200 (session 19, alternating runs, kernel sums) forward+backward took 0.57-0.61x the
+time of the tile-level backward's at 4k and 16k, causal or not, 0.55x -> 0.91-0.97x cuDNN
+(issue 7: the tile-level backward reached 0.44 of d=128's fraction of peak).
 """
 from __future__ import annotations
 
@@ -64,13 +66,13 @@ from .common import gluon_switch_on
 # and fp16, causal or not) every config tried compiles with 0 B of spills and 11 wgmma waits
 # (none serialised): 32 queries x 4 / 3 / 2 slots (213.5 / 180.7 / 148 KB of shared memory,
 # 80 HGMMA), 64 x 2 (229.9 KB, 96 HGMMA; its busiest partition up to register 231 of 240),
-# 16 x 4 / 8 (139.8 / 205.4 KB, 72 HGMMA), and at 232 registers too. Unmeasured: 32 x 4 by
-# default, for the ring's depth (at 64 x 2 the next tile's loads start only once the
-# previous tile is done, and must land before this tile's products end).
+# 16 x 4 / 8 (139.8 / 205.4 KB, 72 HGMMA), and at 232 registers too. On the H200 (session
+# 19, kernel sums of forward+backward, 2 alternating rounds) 64 x 2 against 32 x 4: 0.95x /
+# 0.98x / 0.98x at 4k unmasked / 4k causal / 16k causal, 1.01x at 16k unmasked: the default.
 # Tried and rejected offline: dS^T as consumer 1's register A operand of dK_1 (C7512, every
 # wgmma serialised; from its shared tile none is), and consumer 0 waiting for S^T of tile
 # t+1 at the top of the next tile rather than before the loop's back edge (C7514).
-_CONFIGS = {256: (64, 32, 4, 240)}
+_CONFIGS = {256: (64, 64, 2, 240)}
 
 # Work items per KV head up to which the causal order runs in chunks of 1
 # (:func:`.fwd_hopper.causal_group`): never (bwd_hopper's d=128 rule; unmeasured here).
@@ -435,7 +437,8 @@ def config(d: int) -> tuple[int, int, int, int]:
 
 
 def enabled() -> bool:
-    """Off by default until measured on the H200; ``FLASHTILE_GLUON_BWD256=1`` turns it on."""
+    """On by default (measured ahead on the H200, session 19); ``FLASHTILE_GLUON_BWD256=0``
+    turns it off."""
     return gluon_switch_on("bwd256_hopper")
 
 
