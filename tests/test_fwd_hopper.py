@@ -78,12 +78,14 @@ def test_gluon_is_imported_only_where_it_runs():
     (None, 128, False, True), (None, 128, True, True), (None, 64, False, True),
     (None, 64, True, False), ("auto", 64, True, False), ("1", 64, True, True),
     ("0", 128, False, False), (None, 256, False, True), ("auto", 256, True, True),
-    ("1", 256, False, True), ("1", 256, True, True), ("0", 256, False, False)])
+    ("1", 256, False, True), ("1", 256, True, True), ("0", 256, False, False),
+    (None, 96, False, False), ("auto", 96, True, False), ("1", 96, False, True),
+    ("1", 96, True, True), ("0", 96, False, False)])
 def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, causal, runs):
     """Unset or ``auto``, the Gluon forward takes the (head dim, mask) cases where it beat the
     tile-level forward on the H200 (d=128, d=64 unmasked: docs/perf.md session 11; d=256:
-    session 19); ``1`` forces it on every covered call, ``0`` off. The device is stubbed as
-    an sm_90 GPU."""
+    session 19; d=96 not yet measured); ``1`` forces it on every covered call, ``0`` off. The
+    device is stubbed as an sm_90 GPU."""
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     if switch is None:
         monkeypatch.delenv("FLASHTILE_GLUON_FWD", raising=False)
@@ -168,7 +170,8 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 @pytest.mark.parametrize("d,seqlen,group", [(128, 512, 1), (128, 1024, 8), (64, 1024, 1),
-                                             (64, 2048, 8), (256, 512, 1), (256, 1024, 8)])
+                                             (64, 2048, 8), (256, 512, 1), (256, 1024, 8),
+                                             (96, 512, 1), (96, 1024, 8)])
 def test_causal_chunks_by_head_dim(monkeypatch, d, seqlen, group):
     """The forward's causal order runs in chunks of 1 up to :data:`fwd_hopper.SINGLE_UPTO`
     work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k), else 8. Runs on the CPU:
@@ -198,11 +201,12 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
 
 @pytest.mark.parametrize("d,causal,early", [(64, False, True), (64, True, True),
                                              (128, False, False), (128, True, True),
-                                             (256, False, False), (256, True, False)])
+                                             (256, False, False), (256, True, False),
+                                             (96, False, False), (96, True, False)])
 def test_first_softmax_rule_by_head_dim_and_mask(monkeypatch, d, causal, early):
     """S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128 without a
-    mask (:func:`fwd_hopper.early_s1`, measured per case) and at d=256 (it spills there,
-    offline). Runs on the CPU: the launch is captured, not made."""
+    mask (:func:`fwd_hopper.early_s1`, measured per case) and at d=256 and d=96 (it spills
+    there, offline). Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_EARLY_S1", raising=False)
     q, k, v = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(3))
@@ -249,12 +253,14 @@ def test_o_leaves_through_p_only_when_it_must():
 @pytest.mark.parametrize("config,where", [
     ((64, 128, 2, 128), "p"), ((64, 64, 4, 128), "apart"), ((64, 128, 4, 64), "apart"),
     ((64, 64, 2, 256), "q"), ((64, 32, 4, 256), "q"), ((64, 32, 3, 256), "q"),
-    ((64, 32, 2, 256), "apart")])
+    ((64, 32, 2, 256), "apart"), ((64, 128, 2, 96), "apart"), ((64, 64, 6, 96), "apart"),
+    ((64, 64, 7, 96), "q")])
 def test_where_o_leaves(config, where):
     """O has a tile of its own where that fits in shared memory (208 KB at d=256 with 32 keys x
-    2 slots), else leaves through a P buffer when one holds it (keys >= d), else through
-    each consumer's Q tile: d=256 at 64 keys x 2 slots (288 KB apart, 224 KB through Q), or 32
-    keys x 3 or 4 slots. Never both."""
+    2 slots; at d=96 with 128 keys x 2 slots, or 64 keys x 6), else leaves through a P buffer
+    when one holds it (keys >= d), else through each consumer's Q tile: d=256 at 64 keys x 2
+    slots (288 KB apart, 224 KB through Q), or 32 keys x 3 or 4 slots; d=96 at 64 keys x 7
+    slots. Never both."""
     in_p, in_q = fwd_hopper.o_in_p(*config), fwd_hopper.o_in_q(*config)
     assert (in_p, in_q) == (where == "p", where == "q")
     rows, keys, stages, d = config
@@ -315,6 +321,116 @@ def test_head_dim_256_other_configs(gluon_calls, monkeypatch, config, causal):
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
     check(3, 1024, 1024, 12, 4, 256, 256, torch.bfloat16, causal=causal)
     assert len(gluon_calls) == 1
+
+
+def test_head_dim_96_runs_in_two_parts(monkeypatch):
+    """d=96: the Gluon forward covers it only forced on (``FLASHTILE_GLUON_FWD=1``: unmeasured)
+    with 128 keys x 2 slots, O apart and S_1 after the first softmax, the head dim split into
+    64 + 32 columns: eight TMA descriptors (q, k, v, out for columns 0:64, then for 64:96), all
+    over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 64 for q/out, 128
+    for k/v), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``. The other head dims pass
+    four descriptors and None for the second part's. The Gluon dK/dV and dQ kernels refuse
+    d=96 (the tile-level backward runs), even switched on. The device is stubbed as an sm_90
+    GPU; the launch is captured, not made."""
+    from flashtile.kernels import plans
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    for variable in ("FLASHTILE_GLUON_FWD", "FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
+        monkeypatch.setenv(variable, "1")
+    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
+        monkeypatch.delenv(variable, raising=False)
+    launches = []
+    monkeypatch.setattr(plans, "gluon_launch", lambda *args: launches.append(args))
+    assert fwd_hopper.head_parts(96) == (64, 32)
+    assert [fwd_hopper.head_parts(d) for d in (64, 128, 256)] == [(64, 0), (128, 0), (256, 0)]
+    q = torch.randn(2, 1024, 3, 96, dtype=torch.bfloat16)
+    k, v = (torch.randn(2, 1024, 1, 96, dtype=torch.bfloat16) for _ in range(2))   # GQA 3:1
+    for causal in (False, True):
+        params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        assert fwd_hopper.covers(q, k, v, params, fwd_hopper._CONFIGS)
+        assert fwd_hopper.supports(q, k, v, params)
+        assert fwd_hopper.config(96, 1024, causal) == (64, 128, 2, 240)
+        assert not bwd_hopper.supports(q, k, v, q, params)
+        assert not dq_hopper.supports(q, k, v, q, params)
+        out = torch.empty_like(q)
+        fwd_hopper.forward(q, k, v, params, out, torch.empty(2, 3, 1024))
+        (_, _, _, tiles, args, meta, make_descriptor, role, _), = launches
+        launches.clear()
+        assert role == "fwd" and meta["HEAD_D"] == 64 and meta["HEAD_D2"] == 32
+        assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 128 and meta["NUM_STAGES"] == 2
+        assert not (meta["O_IN_P"] or meta["O_IN_Q"] or meta["EARLY_S1"])
+        assert [(t, tile) for t, tile in tiles] == [
+            (q, (64, 64)), (k, (128, 64)), (v, (128, 64)), (out, (64, 64)),
+            (q, (64, 32)), (k, (128, 32)), (v, (128, 32)), (out, (64, 32))]
+        assert isinstance(args[0], torch.Tensor), "no None in place of a second descriptor"
+        for t, tile in tiles:
+            desc = make_descriptor(t, tile)
+            assert list(desc.block_shape) == list(tile)
+            assert list(desc.shape) == [t.shape[0] * t.shape[1], t.shape[2] * 96]
+            assert desc.base.data_ptr() == t.data_ptr()
+            assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
+    for sk, runs in ((1024, True), (960, False), (1000, False)):    # 128-key tiles only
+        kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, kk, kk, 0.0, None, False, (-1, -1), 0.0, None, False)
+        assert fwd_hopper.supports(q, kk, kk, params) == runs, sk
+    for d, dv in ((96, 64), (64, 96), (80, 80)):                 # d = dv = 96 only
+        qq, kk = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(2))
+        vv = torch.randn(1, 512, 2, dv, dtype=torch.bfloat16)
+        params, _ = _flash_params(qq, kk, vv, 0.0, None, False, (-1, -1), 0.0, None, False)
+        assert not fwd_hopper.covers(qq, kk, vv, params, fwd_hopper._CONFIGS), (d, dv)
+    q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
+    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, q, q, params, torch.empty_like(q), torch.empty(1, 2, 512))
+    (_, _, _, tiles, args, meta, _, _, _), = launches
+    assert len(tiles) == 4 and args[:4] == (None,) * 4 and meta["HEAD_D2"] == 0
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 96), (1, 512, 2, 2, 96)])
+def test_head_dim_96(gluon_calls, monkeypatch, shape, causal, dtype):
+    """d=96 on the Gluon forward in two parts of 64 and 32 columns (128 keys x 2 slots, O
+    apart; 288 items over the SMs, so every program takes several, GQA; and a call of fewer
+    items than SMs), the backward on the tile-level kernels: outputs (NaN-poisoned before the
+    launch) and gradients within budget."""
+    dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
+    assert dkdv_calls == [], "d=96 should leave the backward to the tile-level kernels"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("config,early", [("64,64,4,240", "auto"), ("64,64,7,240", "auto"),
+                                          ("64,128,2,240", "1")],
+                         ids=["64x4-o-apart", "64x7-o-in-q", "128x2-early-s1"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_96_other_schedules(gluon_calls, monkeypatch, config, early, causal):
+    """The other d=96 schedules that compile offline (for the sweep): 64 keys x 4 slots (O
+    apart), x 7 slots (O through each part's Q tiles) and the default tiles with S_1 before
+    the first softmax (it spills there); outputs and gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_EARLY_S1", early)
+    check(3, 1024, 1024, 12, 4, 96, 96, torch.bfloat16, causal=causal)
+    assert len(gluon_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_head_dim_96_replayed_from_its_plan(gluon_calls, monkeypatch):
+    """A d=96 forward replayed from its launch plan (eight descriptors, each re-encoded over
+    the call's tensors) gives the first call's output and LSE exactly; outputs NaN-poisoned."""
+    from flashtile import flash_attn_func
+    from flashtile.kernels import fwd, plans
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    q, k, v = (torch.randn(2, 512, 3, 96, dtype=torch.bfloat16, device="cuda")
+               for _ in range(3))
+    before = len(fwd._PLANS)
+    runs = [flash_attn_func(q, k, v, causal=True, return_attn_probs=True)[:2] for _ in range(3)]
+    assert len(fwd._PLANS) == before + 1 and len(gluon_calls) == 1
+    plan = list(fwd._PLANS.plans.values())[-1]
+    assert any(isinstance(x, plans._GluonLaunch) for x in plan.launches), "no Gluon step"
+    assert not runs[0][0].isnan().any()
+    for out, lse in runs[1:]:
+        assert torch.equal(out, runs[0][0]) and torch.equal(lse, runs[0][1])
 
 
 @gluon_cases_over([(2, 1024, 12, 12, 64)])
@@ -397,8 +513,10 @@ def fallback_call(case: str, monkeypatch) -> tuple[list, dict]:
         kwargs.update(causal=True)
     elif case == "bhsd-layout":
         kwargs.update(strided=True)
-    elif case == "d96":
+    elif case == "d96":         # (the Gluon forward's when forced on, not the backward's)
         shape.update(d=96, dv=96)
+    elif case == "d80":
+        shape.update(d=80, dv=80)
     elif case == "softcap":
         kwargs.update(softcap=20.0)
     elif case == "atomic-dq":
@@ -410,7 +528,7 @@ def fallback_call(case: str, monkeypatch) -> tuple[list, dict]:
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("case", ["ragged-length", "causal-sq-ne-sk", "bhsd-layout", "d96",
+@pytest.mark.parametrize("case", ["ragged-length", "causal-sq-ne-sk", "bhsd-layout", "d80",
                                   "softcap"])
 def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
     """Calls outside the kernel's cover run the tile-level kernel, still within budget."""

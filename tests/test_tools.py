@@ -91,6 +91,26 @@ def test_gluon_kernels_at_d256_compile_clean(mask):
         assert n_waits * 4 <= n_hgmma, out
 
 
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
+def test_gluon_forward_at_d96_compiles_clean(mask):
+    """d=96: the Gluon forward alone (the backward kernels have no config there and are
+    skipped), its head dim in two parts of 64 and 32 columns (kernels/fwd_hopper.py), compiles
+    for sm_90a with no spills and its wgmmas asynchronous (14 waits for 132 HGMMA offline: S
+    in 4 + 2, P V in 8 + 8 per tile), in the shared memory of one H200 SM (208 KB)."""
+    out = _run("inspect_kernels.py", "--gluon", "--d", "96",
+               *([mask] if mask == "--causal" else []))
+    lines = [x for x in out.splitlines() if x.startswith("== gluon")]
+    assert len(lines) == 1 and lines[0].startswith("== gluon fwd (ws):"), out
+    assert "skipped bwd_hopper" in out and "skipped dq_hopper" in out, out
+    line = lines[0]
+    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split("wgmma waits:")[1]
+                                                   .splitlines()[0]))
+    assert n_waits * 4 <= n_hgmma, out
+
+
 def test_host_overhead_times_the_host_path():
     out = _run("host_overhead.py", "--what", "fwd", "--calls", "5")
     assert re.search(r"fwd: \d+ us of host time per call", out), out

@@ -50,6 +50,21 @@ after the first softmax (:func:`early_s1`); 32 keys x 2/3/4 slots compile clean 
 tile-level forward's time at 1k-16k, causal or not (4k unmasked: 444 -> 601 TFLOP/s), so it
 runs there by default (:data:`AHEAD`); the backward stays on the tile-level kernels at d=256.
 
+d=96 (issue 7: the tile-level forward, which pads it to 128, reached 0.61 of d=128's fraction
+of peak): Gluon's shapes are powers of two, and padding to 128 here too would spend a third
+more MACs (at best 0.75), so the head dim runs as two parts, 64 + 32 columns
+(:func:`head_parts`; the kernel's ``HEAD_D``, ``HEAD_D2``): Q, K, V and O tiles of each part,
+each part's own TMA descriptors over the same folded view (the second's columns from
+``h * 96 + 64``; boxes of 128 and 64 bytes a row, swizzled 128 and 64 bytes), S = Q_1 K_1^T +
+Q_2 K_2^T (two wgmma chained through the accumulator), two O accumulators (64 and 32
+columns, both rescaled) and two TMA stores. ``HEAD_D2`` = 0 compiles the other head dims
+exactly as before (the same PTX, offline). 128 keys x 2 slots takes 208 KB with O apart (O
+staged elsewhere would save 24 KB, too little for a third 128-key slot: 232 KB), and
+compiles offline with 14 waits for 132 HGMMA and no spills with S_1 after the first softmax
+(:func:`early_s1`); 64 keys x 4/5/6 slots compile clean too. Until measured it runs only
+when ``FLASHTILE_GLUON_FWD=1`` (:data:`AHEAD`), and the backward stays on the tile-level
+kernels.
+
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
@@ -71,8 +86,8 @@ unmasked included: ahead at 7 of its 8 measured points); ``=1`` runs every cover
 through it, ``=0`` none. A ``pipelined`` schedule (one 8-warp partition issuing its own
 loads) measured 6-20% slower than the warp-specialised one in session 10 and was removed.
 
-It covers the dense hot path only: fp16/bf16, d = dv in {64, 128, 256}, no dropout, bias, softcap,
-ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
+It covers the dense hot path only: fp16/bf16, d = dv in {64, 96, 128, 256}, no dropout, bias,
+softcap, ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
 ``seqlen_q == seqlen_k``, and q/k/v whose (batch, seqlen) and (heads, d) axes each fold into one
 (the usual contiguous ``(b, s, h, d)``). :func:`supports` says whether a call qualifies; the
 forward falls back to the tile-level kernel otherwise. Outputs are those of :mod:`.fwd`: out
@@ -105,7 +120,11 @@ LOG2E = 1.4426950408889634
 # d=256 (session 19; the 32-key configs unmeasured): 64 keys x 2 slots with O
 # through Q (:func:`o_in_q`; 224 KB), the widest tile that fits (128 keys x 2 slots: 256 KB of
 # K/V alone); 32 keys x 2/3/4 slots also compile clean offline (no spills, none serialised)
-_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240), 256: (64, 64, 2, 240)}
+# d=96 (split 64 + 32, :func:`head_parts`; unmeasured, only with FLASHTILE_GLUON_FWD=1): 128
+# keys x 2 slots with O apart (208 KB), d=128's shape; offline also clean: 64 keys x 4/5/6
+# slots (176/200/224 KB, O apart), x 7 (O through Q), 32 keys x 8 slots
+_CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 2, 240), 128: (64, 128, 2, 240),
+            256: (64, 64, 2, 240)}
 # d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
 # NARROW_CAUSAL_UPTO keys: 64 keys x 4 slots
 _NARROW = {128: (64, 64, 4, 240)}
@@ -229,14 +248,26 @@ def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _load_parts(desc, desc2, smem, smem2, row, col, bar):
+    """TMA, a head dim split in two (:func:`head_parts`): the tile of ``desc`` at (row, col)
+    into ``smem`` and its second part (``desc2``, the columns from ``col`` + the first part's
+    width) into ``smem2``, both arriving on ``bar``."""
+    mbarrier.expect(bar, desc.block_type.nbytes + desc2.block_type.nbytes)
+    tma.async_copy_global_to_shared(desc, [row, col], bar, smem)
+    tma.async_copy_global_to_shared(desc2, [row, col + desc.block_type.shape[1]], bar, smem2)
+
+
+@gluon.jit
 def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row0,
-                  kv_col, n_tiles, it, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
+                  kv_col, n_tiles, it, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+                  k_desc2=None, v_desc2=None, k_smem2=None, v_smem2=None):
     """K and V tiles 0..n_tiles-1 into the ring, as its loads ``it``, ``it + 1``, ... (slot
     and barrier phase follow from that count); a slot is refilled only after both consumers
     released it, K and V signal separately so S = Q K^T can start before V has landed. K and
     V of a slot are freed apart (``k_empty``, ``v_empty``; the same barrier twice where a
     kernel frees them together): the forward frees K_j once S_j is done, so S_{j+2} can be
-    issued with two slots."""
+    issued with two slots. ``k_desc2`` ... ``v_smem2``: the head dim's second part (the
+    forward at d=96), loaded into a ring of its own beside the first."""
     for j in range(n_tiles):
         r = it + j
         slot = r % NUM_STAGES
@@ -244,13 +275,21 @@ def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_e
         phase = ((r // NUM_STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(slot), phase)
         row = kv_row0 + j * BLOCK_N
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
-                                        k_smem.index(slot))
+        if k_desc2 is None:
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
+                                            k_smem.index(slot))
+        else:
+            _load_parts(k_desc, k_desc2, k_smem.index(slot), k_smem2.index(slot), row, kv_col,
+                        k_ready.index(slot))
         mbarrier.wait(v_empty.index(slot), phase)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
-                                        v_smem.index(slot))
+        if v_desc2 is None:
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
+                                            v_smem.index(slot))
+        else:
+            _load_parts(v_desc, v_desc2, v_smem.index(slot), v_smem2.index(slot), row, kv_col,
+                        v_ready.index(slot))
 
 
 @gluon.jit
@@ -265,17 +304,20 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
 def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, nheads,
                 group, seqlen_q, seqlen_k, n_mtiles, n_work, ROWS: gl.constexpr,
                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+                CAUSAL: gl.constexpr, GROUP: gl.constexpr, k_desc2, v_desc2, k_smem2, v_smem2,
+                HEAD_D2: gl.constexpr):
     """Loader partition of the forward: the K/V tiles of this program's work items
     (``program_id``, ``+ num_programs``, ...) through one ring, so the next item's first
-    tiles load while the consumers finish the current one."""
+    tiles load while the consumers finish the current one (and their second parts beside
+    them where the head dim is split: ``HEAD_D2`` > 0)."""
     it = 0
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, _, _, kv_row0, kv_col, n_tiles, _ = _work_block(
-            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N, HEAD_D, CAUSAL,
-            GROUP)
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N,
+            HEAD_D + HEAD_D2, CAUSAL, GROUP)
         _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                      kv_row0, kv_col, n_tiles, it, BLOCK_N, NUM_STAGES)
+                      kv_row0, kv_col, n_tiles, it, BLOCK_N, NUM_STAGES, k_desc2, v_desc2,
+                      k_smem2, v_smem2)
         it += n_tiles
 
 
@@ -314,30 +356,37 @@ def _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem, P0: gl.con
 @gluon.jit
 def _start(q_smem, k_smem, k_ready, it, first_row, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
            HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, s_layout: gl.constexpr,
-           o_layout: gl.constexpr):
+           o_layout: gl.constexpr, q_smem2=None, k_smem2=None):
     """The online softmax's start for ROWS query rows from sequence row ``first_row`` whose
     first K tile is the ring's load ``it``: row max -inf, row sum 0, the rows' positions, S's
     zero input, S_0 (complete) and O's zero accumulator. S_0 is waited for before O's zeros
     exist: the compiler would otherwise place them after the first issue, and ptxas serialises
-    every wgmma when ordinary instructions write an accumulator mid-flight (C7515)."""
+    every wgmma when ordinary instructions write an accumulator mid-flight (C7515). (A split
+    head dim's second O accumulator is made by the caller, also after that wait.)"""
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, row_layout)
     l_i = gl.full([ROWS], 0.0, gl.float32, row_layout)
     rows = first_row + gl.arange(0, ROWS, layout=row_layout)
     s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it, NUM_STAGES)
+    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it, NUM_STAGES, q_smem2, k_smem2)
     s_0 = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
     acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_D], gl.float32, o_layout))
     return m_i, l_i, rows, s_zero, s_0, acc
 
 
 @gluon.jit
-def _issue_s(q_smem, k_smem, k_ready, s_zero, r, NUM_STAGES: gl.constexpr):
-    """Issue S = Q K^T once K (the ring's load r) has landed."""
+def _issue_s(q_smem, k_smem, k_ready, s_zero, r, NUM_STAGES: gl.constexpr, q_smem2=None,
+             k_smem2=None):
+    """Issue S = Q K^T once K (the ring's load r) has landed; with a split head dim
+    (``q_smem2``, ``k_smem2``: its second part) S = Q_1 K_1^T + Q_2 K_2^T, two wgmma chained
+    through the accumulator (two commit groups: see :func:`_consume`'s waits)."""
     slot = r % NUM_STAGES
     mbarrier.wait(k_ready.index(slot), (r // NUM_STAGES) & 1)
-    return warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
-                         is_async=True)
+    s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                      is_async=True)
+    if q_smem2 is not None:
+        s = warpgroup_mma(q_smem2, k_smem2.index(slot).permute((1, 0)), s, is_async=True)
+    return s
 
 
 @gluon.jit
@@ -349,6 +398,13 @@ def _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _pv_part(p_op, v_smem2, acc2, r, NUM_STAGES: gl.constexpr):
+    """Issue O_2 += P V_2 for a split head dim's second part (V_2 arrives on V's barrier, which
+    :func:`_pv` waited for just before)."""
+    return warpgroup_mma(p_op, v_smem2.index(r % NUM_STAGES), acc2, is_async=True)
+
+
+@gluon.jit
 def _rescaled(acc, alpha, o_layout: gl.constexpr):
     """O discounted to the new row max."""
     return acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -356,28 +412,42 @@ def _rescaled(acc, alpha, o_layout: gl.constexpr):
 
 @gluon.jit
 def _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0, q_col, dtype: gl.constexpr,
-               o_layout: gl.constexpr):
+               o_layout: gl.constexpr, acc2=None, o_smem2=None, o_desc2=None,
+               o2_layout: gl.constexpr = None):
     """O = acc / l through ``o_smem`` by TMA (not waited for: the next item's epilogue, or the
     kernel's end, waits); LSE = m + log l (natural log) at ``lse_row`` (pointers). Every row
-    saw at least one key: l > 0."""
+    saw at least one key: l > 0. A split head dim's second part (``acc2``) leaves likewise
+    through ``o_smem2``, into the columns after the first part's."""
     acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    if acc2 is not None:
+        acc2 = acc2 / gl.convert_layout(l_i, gl.SliceLayout(1, o2_layout))[:, None]
     gl.store(lse_row, (m_i + gl.log2(l_i)) * 0.6931471805599453)
     tma.store_wait(0)          # (the previous item's O has left o_smem)
     o_smem.store(acc.to(dtype))
+    if acc2 is not None:
+        o_smem2.store(acc2.to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], o_smem)
+    if acc2 is not None:
+        tma.async_copy_shared_to_global(o_desc2, [q_row0, q_col + o_desc.block_type.shape[1]],
+                                        o_smem2)
 
 
 @gluon.jit
 def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-            HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
-    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows)."""
+            HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr, q_desc2=None,
+            q_smem2=None, HEAD_D2: gl.constexpr = 0):
+    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows; and
+    their second part into ``q_smem2`` where the head dim is split: ``HEAD_D2`` > 0)."""
     _, _, _, q_row0, q_col, _, _, _, _ = _work_block(
-        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D,
-        CAUSAL, GROUP)
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row0 + HALF * BLOCK_M, q_col], q_bar, q_smem)
+        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+        HEAD_D + HEAD_D2, CAUSAL, GROUP)
+    if q_desc2 is None:
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [q_row0 + HALF * BLOCK_M, q_col], q_bar, q_smem)
+    else:
+        _load_parts(q_desc, q_desc2, q_smem, q_smem2, q_row0 + HALF * BLOCK_M, q_col, q_bar)
 
 
 @gluon.jit
@@ -386,7 +456,8 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              n_mtiles, n_work, qk_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
-             O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr):
+             O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
+             k_smem2, v_smem2, HEAD_D2: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, half
     ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
     on get the causal mask), read from the ring in the loader's order. Writes those rows of
@@ -395,31 +466,48 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
     there), free from an item's last P V until the next item's second softmax: its O store
     is waited for once S_0 of the next item has landed. ``O_IN_Q``: ``o_smem`` is this
     consumer's Q tile, free once the item's last S has read it; the next item's Q then loads
-    only after O has left it (not as soon as that last S is done)."""
+    only after O has left it (not as soon as that last S is done).
+
+    ``HEAD_D2`` > 0 (d=96: 64 + 32, :func:`head_parts`): the head dim's columns from HEAD_D
+    on are a second part with tiles of their own (``q_smem2``, ``k_smem2``, ``v_smem2``, the
+    rings of both consumers; ``o_smem2``), S sums both parts' products and O is two
+    accumulators, ``acc`` (HEAD_D columns) and ``acc2`` (HEAD_D2), rescaled alike. Each
+    wgmma is a commit group of its own, so S and P V are two groups each: waiting for P V
+    while S_{j+2} computes leaves 2 in flight, not 1."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     dtype: gl.constexpr = q_desc.dtype
     P0: gl.constexpr = 2 * HALF         # this consumer's two P buffers: P0, P0 + 1
     first, step = gl.program_id(0), gl.num_programs(0)
+    if HEAD_D2 > 0:                     # this consumer's tiles of the second part
+        o2_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D2)[1]
+        q_smem2 = q_smem2.index(HALF)
+        o_smem2 = o_smem2.index(HALF)
 
     _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
-            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
+            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2)
     it = 0          # K/V tiles read from the ring so far
     t = 0           # work items done so far (Q's barrier phase)
     for w in range(first, n_work, step):
         m0, off_b, off_h, q_row0, q_col, _, _, n_tiles, n_unmasked = _work_block(
             w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
-            HEAD_D, CAUSAL, GROUP)
+            HEAD_D + HEAD_D2, CAUSAL, GROUP)
         mbarrier.wait(q_bar, t & 1)
         m_i, l_i, rows, s_zero, s_0, acc = _start(q_smem, k_smem, k_ready, it,
                                                   m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
-                                                  HEAD_D, NUM_STAGES, s_layout, o_layout)
-        s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
+                                                  HEAD_D, NUM_STAGES, s_layout, o_layout,
+                                                  q_smem2, k_smem2)
+        if HEAD_D2 > 0:
+            acc2 = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D2], gl.float32, o2_layout))
+            s_0, acc, acc2 = warpgroup_mma_wait(0, deps=(s_0, acc, acc2))
+        else:
+            s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
         mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
         more = w + step < n_work
         if n_tiles == 1 and more and not O_IN_Q:    # S_0 was this Q's last S: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
-                    seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
+                    seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
+                    q_desc2, q_smem2, HEAD_D2)
         if not EARLY_S1:
             m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
                                              P0, BLOCK_N, CAUSAL, O_IN_P)
@@ -429,7 +517,8 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         # warpgroup's CUDA-core work overlaps both of its products. ``EARLY_S1``: S_1 is
         # issued before the first softmax, so that one overlaps a product too.
         if n_tiles > 1:
-            s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES)
+            s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES, q_smem2,
+                             k_smem2)
             if EARLY_S1:
                 m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale,
                                                  p_smem, P0, BLOCK_N, CAUSAL, O_IN_P)
@@ -437,54 +526,83 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
                 mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)  # K_{j+1}
                 acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
+                if HEAD_D2 > 0:
+                    acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j,
+                                    NUM_STAGES)
                 m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked,
                                                   qk_scale, p_smem.index(P0 + (j + 1) % 2),
                                                   BLOCK_N, CAUSAL)
-                s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + j + 2, NUM_STAGES)
-                acc = warpgroup_mma_wait(1, deps=(acc,))
+                s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + j + 2, NUM_STAGES,
+                                 q_smem2, k_smem2)
+                if HEAD_D2 > 0:     # (S_{j+2}: two groups in flight)
+                    acc, acc2 = warpgroup_mma_wait(2, deps=(acc, acc2))
+                else:
+                    acc = warpgroup_mma_wait(1, deps=(acc,))
                 mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)  # V_j read
                 acc = _rescaled(acc, alpha, o_layout)
+                if HEAD_D2 > 0:
+                    acc2 = _rescaled(acc2, alpha, o2_layout)
                 m_i = m_new
             j = n_tiles - 2             # (no S_{j+2} to issue)
             s = warpgroup_mma_wait(0, deps=(s_tok,))
             mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)
             if more and not O_IN_Q:     # every S has read this Q: load the next item's
                 _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
-                        seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
+                        seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
+                        q_desc2, q_smem2, HEAD_D2)
             acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
+            if HEAD_D2 > 0:
+                acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
             m_i, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
                                             p_smem.index(P0 + (j + 1) % 2), BLOCK_N, CAUSAL)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
+            if HEAD_D2 > 0:
+                acc, acc2 = warpgroup_mma_wait(0, deps=(acc, acc2))
+            else:
+                acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
             acc = _rescaled(acc, alpha, o_layout)
+            if HEAD_D2 > 0:
+                acc2 = _rescaled(acc2, alpha, o2_layout)
         elif EARLY_S1:
             m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
                                              P0, BLOCK_N, CAUSAL, O_IN_P)
         j = n_tiles - 1
-        acc = warpgroup_mma_wait(0, deps=(_pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc,
-                                              it + j, NUM_STAGES),))
+        acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
+        if HEAD_D2 > 0:
+            acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
+            acc, acc2 = warpgroup_mma_wait(0, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
-        _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
-                   dtype, o_layout)
+        if HEAD_D2 > 0:
+            _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
+                       dtype, o_layout, acc2, o_smem2, o_desc2, o2_layout)
+        else:
+            _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
+                       dtype, o_layout)
         if O_IN_Q and more:             # the next item's Q, once O has left its tile
             tma.store_wait(0)
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group, seqlen_q,
-                    seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
+                    seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2,
+                    HEAD_D2)
         it += n_tiles
         t += 1
     tma.store_wait(0)
 
 
 @gluon.jit
-def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride_lse_h,
-                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale,
-                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2, o_desc2, LSE,
+                       stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                       n_work, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                       HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                       O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr):
+                       O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
+                       HEAD_D2: gl.constexpr = 0):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
+    # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
+    # read the second part), else the *_desc2 are None.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
@@ -499,6 +617,29 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
     else:
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
         o0, o1 = o_smem.index(0), o_smem.index(1)
+    if HEAD_D2 > 0:     # the second part's tiles (O: apart, or in the second part's Q tiles)
+        gl.static_assert(not O_IN_P, "a split head dim's O cannot leave through P buffers")
+        q_smem2 = gl.allocate_shared_memory(q_desc2.dtype, [2, BLOCK_M, HEAD_D2],
+                                            q_desc2.layout)
+        k_smem2 = gl.allocate_shared_memory(k_desc2.dtype, [NUM_STAGES, BLOCK_N, HEAD_D2],
+                                            k_desc2.layout)
+        v_smem2 = gl.allocate_shared_memory(v_desc2.dtype, [NUM_STAGES, BLOCK_N, HEAD_D2],
+                                            v_desc2.layout)
+        if O_IN_Q:
+            o_smem2 = q_smem2._reinterpret(o_desc2.dtype, [2, BLOCK_M, HEAD_D2], o_desc2.layout)
+        else:
+            o_smem2 = gl.allocate_shared_memory(o_desc2.dtype, [2, BLOCK_M, HEAD_D2],
+                                                o_desc2.layout)
+        q2_desc, k2_desc, v2_desc, o2_desc = q_desc2, k_desc2, v_desc2, o_desc2
+    else:   # (constexpr Nones: warp_specialize's argument tuples take no bare None)
+        q_smem2: gl.constexpr = None
+        k_smem2: gl.constexpr = None
+        v_smem2: gl.constexpr = None
+        o_smem2: gl.constexpr = None
+        q2_desc: gl.constexpr = None
+        k2_desc: gl.constexpr = None
+        v2_desc: gl.constexpr = None
+        o2_desc: gl.constexpr = None
     q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
     k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
 
@@ -507,15 +648,18 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, LSE, stride_lse_b, stride
                     q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P, O_IN_Q, EARLY_S1)),
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2)),
         (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
                     q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P, O_IN_Q, EARLY_S1)),
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                       v_smem2, HEAD_D2)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -561,12 +705,26 @@ def _tile_layout(rows: int, d: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([rows, d], gdt)
 
 
-def descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+def descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDescriptor:
     """A TMA descriptor of ``t`` ``(b, s, h, d)`` read as :func:`folded` ``(b*s, h*d)`` in
-    ``(rows, d)`` tiles (the caller has checked that it folds)."""
-    t2, d = folded(t), t.shape[3]
-    return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, d],
-                            _tile_layout(rows, d, t.dtype))
+    ``(rows, cols)`` tiles, ``cols`` d unless given (a part of a split head dim, see
+    :func:`head_parts`; the caller has checked that it folds)."""
+    t2, cols = folded(t), cols or t.shape[3]
+    return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols],
+                            _tile_layout(rows, cols, t.dtype))
+
+
+def part_descriptor(t: torch.Tensor, tile: tuple[int, int]) -> TensorDescriptor:
+    """:func:`descriptor` of ``t`` in ``tile`` = ``(rows, cols)`` tiles (the forward's)."""
+    return descriptor(t, *tile)
+
+
+def head_parts(d: int) -> tuple[int, int]:
+    """The forward's head dim as (first part, second part): Gluon's tensor shapes are powers
+    of two, so d=96 runs as 64 + 32 columns (tiles of each part, S summed over both, O in two
+    accumulators), and the second part is 0 for the others (one tile each, as before). (Padding
+    d=96 to 128 would spend a third more MACs: at best 0.75 of d=128's rate.)"""
+    return (64, 32) if d == 96 else (d, 0)
 
 
 def enabled() -> bool:
@@ -578,8 +736,8 @@ def enabled() -> bool:
 def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, head_dims) -> bool:
     """The device, dtype, feature, head-dim and layout conditions that this kernel and the
     Gluon dK/dV and dQ kernels share; each adds its own tile multiples and passes the head
-    dims it has configs for, ``head_dims`` (d = dv; the forward's include 256, the backward
-    kernels' do not). The mask is read from the window, as the tile-level kernels do: none,
+    dims it has configs for, ``head_dims`` (d = dv; the forward's include 96 and 256, the
+    backward kernels' do not). The mask is read from the window, as the tile-level kernels do: none,
     or causal (``(-1, 0)``, which needs ``seqlen_q == seqlen_k``; :func:`causal`)."""
     if not is_sm90(q.device):
         return False
@@ -662,7 +820,7 @@ def causal_group(n_tiles: int, single_upto: int,
 # runs in chunks of 1 (:func:`causal_group`), by head dim. Measured against chunks of 8: d=64
 # 1k (8 tiles) +10% (session 13); d=128 512 (4 tiles) +7% in alternating runs, and 1k (8
 # tiles) -7% (session 15).
-SINGLE_UPTO = {64: 8, 128: 4, 256: 4}   # (d=256: d=128's, unmeasured)
+SINGLE_UPTO = {64: 8, 96: 4, 128: 4, 256: 4}   # (d=96, d=256: d=128's, unmeasured)
 
 
 def early_s1(d: int, causal: bool) -> bool:
@@ -675,9 +833,13 @@ def early_s1(d: int, causal: bool) -> bool:
     established), so there it stays after. d=64 causal runs the tile-level forward by default
     (:data:`AHEAD`); forced onto this kernel it takes d=64's early start, unmeasured. d=256
     never: S_0 and S_1 live beside its 128 registers of O made ptxas spill (offline, 64 keys
-    x 2 slots: 84 B unmasked, 16 B causal; 0 B with S_1 after)."""
+    x 2 slots: 84 B unmasked, 16 B causal; 0 B with S_1 after). d=96 never either (its split
+    tiles at 128 keys x 2 slots, offline: 192 B unmasked, 12/16 B causal; 0 B with S_1
+    after; unmeasured on the GPU)."""
     forced = env_forced("FLASHTILE_GLUON_FWD_EARLY_S1")
-    return (causal and d <= 128) or d < 128 if forced is None else forced
+    if forced is not None:
+        return forced
+    return ((causal and d <= 128) or d < 128) and d != 96
 
 
 # An H200 SM's shared memory for one CTA (227 KB), less 1 KB for the barriers and what the
@@ -716,16 +878,22 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     block_m, block_n, stages, regs = config(d, sk, causal(params))
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
+    # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
+    # *_desc2 descriptors, None where the head dim is whole)
+    parts = [cols for cols in head_parts(d) if cols]
+    tiles = tuple((t, (rows, cols)) for cols in parts
+                  for t, rows in ((q, block_m), (k, block_n), (v, block_n), (out, block_m)))
     plans.gluon_launch(
         record, _fwd_hopper_kernel,
-        (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True),),
-        ((q, block_m), (k, block_n), (v, block_n), (out, block_m)),
-        (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
-         params.softmax_scale * LOG2E),
-        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
+        (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True),), tiles,
+        ((None,) * (8 - len(tiles))
+         + (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
+            params.softmax_scale * LOG2E)),
+        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=head_parts(d)[0],
+             HEAD_D2=head_parts(d)[1], NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d),
              O_IN_Q=o_in_q(block_m, block_n, stages, d),
              EARLY_S1=early_s1(d, causal(params))),
-        descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
+        part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
