@@ -79,12 +79,12 @@ def test_gluon_is_imported_only_where_it_runs():
     (None, 64, True, False), ("auto", 64, True, False), ("1", 64, True, True),
     ("0", 128, False, False), (None, 256, False, True), ("auto", 256, True, True),
     ("1", 256, False, True), ("1", 256, True, True), ("0", 256, False, False),
-    (None, 96, False, False), ("auto", 96, True, False), ("1", 96, False, True),
+    (None, 96, False, True), ("auto", 96, True, True), ("1", 96, False, True),
     ("1", 96, True, True), ("0", 96, False, False)])
 def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, causal, runs):
     """Unset or ``auto``, the Gluon forward takes the (head dim, mask) cases where it beat the
     tile-level forward on the H200 (d=128, d=64 unmasked: docs/perf.md session 11; d=256:
-    session 19; d=96 not yet measured); ``1`` forces it on every covered call, ``0`` off. The
+    session 19; d=96: session 19); ``1`` forces it on every covered call, ``0`` off. The
     device is stubbed as an sm_90 GPU."""
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     if switch is None:
@@ -541,7 +541,8 @@ def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
 @needs_hopper
 @pytest.mark.parametrize("d,causal,runs", [(128, True, True), (64, False, True),
                                            (64, True, False), (256, False, True),
-                                           (256, True, True)])
+                                           (256, True, True), (96, False, True),
+                                           (96, True, True)])
 def test_default_choice_on_the_gpu(gluon_calls, monkeypatch, d, causal, runs):
     """With the switch unset, the Gluon forward runs the cases of ``AHEAD`` only; the others
     take the tile-level kernel; both within budget."""

@@ -61,9 +61,11 @@ columns, both rescaled) and two TMA stores. ``HEAD_D2`` = 0 compiles the other h
 exactly as before (the same PTX, offline). 128 keys x 2 slots takes 208 KB with O apart (O
 staged elsewhere would save 24 KB, too little for a third 128-key slot: 232 KB), and
 compiles offline with 14 waits for 132 HGMMA and no spills with S_1 after the first softmax
-(:func:`early_s1`); 64 keys x 4/5/6 slots compile clean too. Until measured it runs only
-when ``FLASHTILE_GLUON_FWD=1`` (:data:`AHEAD`), and the backward stays on the tile-level
-kernels.
+(:func:`early_s1`); 64 keys x 4/5/6 slots compile clean too. On the H200 (session 19, one
+round: the second was cut by the call's limit) it reached 433 / 454 / 465 TFLOP/s unmasked
+and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 288 / 355 /
+374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); the
+backward stays on the tile-level kernels.
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -120,7 +122,7 @@ LOG2E = 1.4426950408889634
 # d=256 (session 19; the 32-key configs unmeasured): 64 keys x 2 slots with O
 # through Q (:func:`o_in_q`; 224 KB), the widest tile that fits (128 keys x 2 slots: 256 KB of
 # K/V alone); 32 keys x 2/3/4 slots also compile clean offline (no spills, none serialised)
-# d=96 (split 64 + 32, :func:`head_parts`; unmeasured, only with FLASHTILE_GLUON_FWD=1): 128
+# d=96 (split 64 + 32, :func:`head_parts`; session 19, the 64-key configs unmeasured): 128
 # keys x 2 slots with O apart (208 KB), d=128's shape; offline also clean: 64 keys x 4/5/6
 # slots (176/200/224 KB, O apart), x 7 (O through Q), 32 keys x 8 slots
 _CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 2, 240), 128: (64, 128, 2, 240),
@@ -134,8 +136,10 @@ _NARROW = {128: (64, 64, 4, 240)}
 # 0.99x at 1k.
 NARROW_CAUSAL_UPTO = 1024
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
-# (d=256, session 19: kernel time 0.61-0.77x the tile-level forward's at 1k-16k, both masks)
-AHEAD = frozenset({(64, False), (128, False), (128, True), (256, False), (256, True)})
+# (d=256, session 19: kernel time 0.61-0.77x the tile-level forward's at 1k-16k, both masks;
+# d=96, session 19: +18% to +50% TFLOP/s at 1k-16k, both masks, one round)
+AHEAD = frozenset({(64, False), (96, False), (96, True), (128, False), (128, True),
+                   (256, False), (256, True)})
 
 
 @constexpr_function
