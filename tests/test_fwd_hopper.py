@@ -297,17 +297,20 @@ def test_head_dim_256_forward_only(monkeypatch):
         assert fwd_hopper.supports(q, k, k, params) == (sk == 960)
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 256), (1, 512, 2, 2, 256)])
-def test_head_dim_256(gluon_calls, monkeypatch, shape, causal, dtype):
-    """d=256 on the Gluon forward (64 keys x 2 slots, O through each consumer's Q tile; 288
-    items over the SMs, so every program loads a next Q after its O left, GQA; and a call of
-    fewer items than SMs), the backward on the tile-level kernels: outputs and gradients
-    within budget."""
+@gluon_cases_over([(3, 1024, 12, 4, 256), (1, 512, 2, 2, 256), (3, 1024, 12, 4, 96),
+                   (1, 512, 2, 2, 96)])
+def test_head_dim_96_and_256(gluon_calls, monkeypatch, shape, causal, dtype):
+    """d=256 (64 keys x 2 slots, O through each consumer's Q tile: with 288 items over the SMs
+    every program loads a next Q after its O left) and d=96 (two parts of 64 and 32 columns,
+    128 keys x 2 slots, O apart) on the Gluon forward, GQA, and calls of fewer items than SMs;
+    the d=64/128 dK/dV kernel never takes them (d=256's backward has its own,
+    :mod:`.bwd256_hopper`; d=96's is tile-level): outputs (NaN-poisoned before the launch)
+    and gradients within budget."""
     dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
-    assert dkdv_calls == [], "d=256 should leave the backward to the tile-level kernels"
+    assert dkdv_calls == [], f"d={d} is not the d=64/128 dK/dV kernel's"
 
 
 @pytest.mark.gpu
@@ -384,17 +387,6 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
     assert len(tiles) == 4 and args[:4] == (None,) * 4 and meta["HEAD_D2"] == 0
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 96), (1, 512, 2, 2, 96)])
-def test_head_dim_96(gluon_calls, monkeypatch, shape, causal, dtype):
-    """d=96 on the Gluon forward in two parts of 64 and 32 columns (128 keys x 2 slots, O
-    apart; 288 items over the SMs, so every program takes several, GQA; and a call of fewer
-    items than SMs), the backward on the tile-level kernels: outputs (NaN-poisoned before the
-    launch) and gradients within budget."""
-    dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
-    assert dkdv_calls == [], "d=96 should leave the backward to the tile-level kernels"
 
 
 @pytest.mark.gpu

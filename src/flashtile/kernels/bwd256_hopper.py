@@ -184,6 +184,19 @@ def _store_half(dk, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0, kv_
 
 
 @gluon.jit
+def _item_done(dk, dv, r, empty, free, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0,
+               kv_col, sm_scale, NUM_STAGES: gl.constexpr, HALF: gl.constexpr):
+    """A consumer's end of a work item whose last tile was the ring's load r: its last
+    products done, that tile's slot and the other consumer's shared tile (``free``) handed
+    back, then its column half of dK and dV out (:func:`_store_half`)."""
+    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+    mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
+    mbarrier.arrive(free.index(r % 2), count=1)
+    _store_half(dk * sm_scale, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0,
+                kv_col, HALF)
+
+
+@gluon.jit
 def _p_tile(st, dk, dv, lse2, keys, r, t, i0, n_i, k_smem, q_smem, do_smem, pt_smem, ds_smem,
             ready, empty, pt_ready, pt_free, ds_ready, ds_free, LSE, lse_base, stride_lse_h,
             qk_scale, s_zero, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
@@ -278,12 +291,9 @@ def _p_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, k_ready, kv_em
             ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, LSE, lse_base,
             stride_lse_h, qk_scale, s_zero, BLOCK_M, NUM_STAGES, CAUSAL, False, a_layout,
             col_layout)
-        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-        mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
-        mbarrier.arrive(ds_free.index(r % 2), count=1)
         # (consumer 1's last dP^T is done: it stored the last dS^T, which this one waited for)
-        _store_half(dk * sm_scale, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0,
-                    kv_col, 0)
+        _item_done(dk, dv, r, empty, ds_free, k_smem, v_smem, dk_desc, dv_desc, kv_empty,
+                   kv_row0, kv_col, sm_scale, NUM_STAGES, 0)
         it += n_t
         c += 1
 
@@ -369,12 +379,9 @@ def _ds_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, v_ready, kv_e
             ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base,
             stride_d_h, s_zero, BLOCK_M, NUM_STAGES, False, a_layout,
             col_layout)
-        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-        mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
-        mbarrier.arrive(pt_free.index(r % 2), count=1)
         # (consumer 0's last S^T is done: it stored the last P^T, which this one read)
-        _store_half(dk * sm_scale, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0,
-                    kv_col, 1)
+        _item_done(dk, dv, r, empty, pt_free, k_smem, v_smem, dk_desc, dv_desc, kv_empty,
+                   kv_row0, kv_col, sm_scale, NUM_STAGES, 1)
         it += n_t
         c += 1
 

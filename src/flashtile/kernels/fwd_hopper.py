@@ -262,6 +262,17 @@ def _load_parts(desc, desc2, smem, smem2, row, col, bar):
 
 
 @gluon.jit
+def _load_slot(desc, desc2, ring, ring2, slot, row, col, bar):
+    """TMA, the tile of ``desc`` at (row, col) into ring slot ``slot``, with its second part
+    (``desc2``, :func:`_load_parts`) into ``ring2``'s slot where the head dim is split."""
+    if desc2 is None:
+        mbarrier.expect(bar, desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, [row, col], bar, ring.index(slot))
+    else:
+        _load_parts(desc, desc2, ring.index(slot), ring2.index(slot), row, col, bar)
+
+
+@gluon.jit
 def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, kv_row0,
                   kv_col, n_tiles, it, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
                   k_desc2=None, v_desc2=None, k_smem2=None, v_smem2=None):
@@ -279,21 +290,9 @@ def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_e
         phase = ((r // NUM_STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(slot), phase)
         row = kv_row0 + j * BLOCK_N
-        if k_desc2 is None:
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [row, kv_col], k_ready.index(slot),
-                                            k_smem.index(slot))
-        else:
-            _load_parts(k_desc, k_desc2, k_smem.index(slot), k_smem2.index(slot), row, kv_col,
-                        k_ready.index(slot))
+        _load_slot(k_desc, k_desc2, k_smem, k_smem2, slot, row, kv_col, k_ready.index(slot))
         mbarrier.wait(v_empty.index(slot), phase)
-        if v_desc2 is None:
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [row, kv_col], v_ready.index(slot),
-                                            v_smem.index(slot))
-        else:
-            _load_parts(v_desc, v_desc2, v_smem.index(slot), v_smem2.index(slot), row, kv_col,
-                        v_ready.index(slot))
+        _load_slot(v_desc, v_desc2, v_smem, v_smem2, slot, row, kv_col, v_ready.index(slot))
 
 
 @gluon.jit
