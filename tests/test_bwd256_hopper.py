@@ -187,8 +187,9 @@ def assert_ran(calls: list, n: int = 1) -> None:
     assert bwd.last_dq_pass == "two-pass"
 
 
-# (b, s, hq, hkv, d): two work items per head and four query tiles; GQA with two heads per
-# KV head over two batches; MQA with 16 items per head (causal items of 32 down to 2 tiles)
+# (b, s, hq, hkv, d), with the default's 64-key items and 64-query tiles: two items per
+# head and two query tiles; GQA with two heads per KV head over two batches; MQA with 16
+# items per head (causal items of 16 query tiles down to 1)
 SHAPES = [(1, 128, 2, 2, 256), (2, 512, 4, 2, 256), (1, 1024, 4, 1, 256)]
 
 

@@ -14,7 +14,7 @@ from utils import (check_causal_groups, check_persistent, count_calls, gluon_cas
                    gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
+from flashtile.kernels import bwd256_hopper, bwd_hopper, dq_hopper, fwd_hopper
 
 
 @pytest.fixture
@@ -268,11 +268,12 @@ def test_where_o_leaves(config, where):
     assert used <= fwd_hopper.SHARED_BYTES
 
 
-def test_head_dim_256_forward_only(monkeypatch):
+def test_head_dim_256_cover(monkeypatch):
     """d=256: the Gluon forward covers it (forced on: ``FLASHTILE_GLUON_FWD=1``) with 64 keys x
-    2 slots, O through Q and S_1 after the first softmax; the Gluon dK/dV and dQ kernels do
-    not (the tile-level backward runs), even switched on. The device is stubbed as an sm_90
-    GPU; the launch is captured, not made."""
+    2 slots, O through Q and S_1 after the first softmax; the d=64/128 dK/dV kernel and the
+    Gluon dQ kernel do not, even switched on: d=256's dK/dV kernel does
+    (:mod:`.bwd256_hopper`). The device is stubbed as an sm_90 GPU; the launch is captured,
+    not made."""
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     for variable in ("FLASHTILE_GLUON_FWD", "FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
         monkeypatch.setenv(variable, "1")
@@ -287,6 +288,7 @@ def test_head_dim_256_forward_only(monkeypatch):
         assert fwd_hopper.config(256, 1024, causal) == (64, 64, 2, 240)
         assert not bwd_hopper.supports(q, q, q, q, params)
         assert not dq_hopper.supports(q, q, q, q, params)
+        assert bwd256_hopper.supports(q, q, q, q, params)
         fwd_hopper.forward(q, q, q, params, torch.empty_like(q), torch.empty(1, 2, 1024))
         role, _, meta = seen.pop()
         assert role == "fwd" and meta["HEAD_D"] == 256 and meta["BLOCK_N"] == 64

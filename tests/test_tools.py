@@ -71,16 +71,19 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
-def test_gluon_kernels_at_d256_compile_clean(mask):
-    """d=256: the Gluon forward and the d=256 dK/dV kernel (the d=64/128 backward kernels have
-    no config there and are skipped) compile for sm_90a with no spills and their wgmmas
-    asynchronous (forward: 64 keys x 2 slots, O through Q, kernels/fwd_hopper.py; dK/dV: the
-    consumers split the head dim, kernels/bwd256_hopper.py), each in the shared memory of one
-    H200 SM."""
-    out = _run("inspect_kernels.py", "--gluon", "--d", "256",
+@pytest.mark.parametrize("d,kernels", [(256, {"gluon fwd (ws)", "gluon dkdv256"}),
+                                       (96, {"gluon fwd (ws)"})])
+def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
+    """d=256: the Gluon forward (64 keys x 2 slots, O through Q, kernels/fwd_hopper.py) and
+    the d=256 dK/dV kernel (the consumers split the head dim, kernels/bwd256_hopper.py); d=96:
+    the Gluon forward alone, its head dim in two parts of 64 and 32 columns (14 waits for 132
+    HGMMA offline: S in 4 + 2, P V in 8 + 8 per tile). The d=64/128 backward kernels have no
+    config there and are skipped. Each compiles for sm_90a with no spills and its wgmmas
+    asynchronous, in the shared memory of one H200 SM."""
+    out = _run("inspect_kernels.py", "--gluon", "--d", str(d),
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
-    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv256"}, out
+    assert set(lines) == kernels, out
     assert "skipped bwd_hopper" in out and "skipped dq_hopper" in out, out
     for line in lines.values():
         assert " 0 bytes spill stores" in line and "C75" not in line, line
@@ -89,26 +92,6 @@ def test_gluon_kernels_at_d256_compile_clean(mask):
                                                        .split("wgmma waits:")[1]
                                                        .splitlines()[0]))
         assert n_waits * 4 <= n_hgmma, out
-
-
-@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
-def test_gluon_forward_at_d96_compiles_clean(mask):
-    """d=96: the Gluon forward alone (the backward kernels have no config there and are
-    skipped), its head dim in two parts of 64 and 32 columns (kernels/fwd_hopper.py), compiles
-    for sm_90a with no spills and its wgmmas asynchronous (14 waits for 132 HGMMA offline: S
-    in 4 + 2, P V in 8 + 8 per tile), in the shared memory of one H200 SM (208 KB)."""
-    out = _run("inspect_kernels.py", "--gluon", "--d", "96",
-               *([mask] if mask == "--causal" else []))
-    lines = [x for x in out.splitlines() if x.startswith("== gluon")]
-    assert len(lines) == 1 and lines[0].startswith("== gluon fwd (ws):"), out
-    assert "skipped bwd_hopper" in out and "skipped dq_hopper" in out, out
-    line = lines[0]
-    assert " 0 bytes spill stores" in line and "C75" not in line, line
-    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
-    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split("wgmma waits:")[1]
-                                                   .splitlines()[0]))
-    assert n_waits * 4 <= n_hgmma, out
 
 
 def test_host_overhead_times_the_host_path():

@@ -55,10 +55,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
-from . import fwd_hopper, plans
+from . import bwd_hopper, fwd_hopper, plans
 from .common import gluon_switch_on
 
 # (head dim) -> (keys per item, queries per tile, ring slots, consumer registers); the keys
@@ -128,15 +127,8 @@ def _load(q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, k_re
             HEAD_D, CAUSAL, GROUP)
         kv_after = gl.minimum(n_t, NUM_STAGES) - 1
         for t in range(n_t):
-            r = it + t
-            slot = r % NUM_STAGES
-            mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
-            row = q_row0 + (i0 + t % n_i) * BLOCK_M
-            col = q_col0 + (t // n_i) * HEAD_D
-            bar = ready.index(slot)
-            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
-            tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+            bwd_hopper.load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + t, t,
+                                      i0, n_i, q_row0, q_col0, BLOCK_M, HEAD_D, NUM_STAGES)
             if t == kv_after:
                 # (a fresh barrier passes a wait on parity 1: the first item finds them free)
                 mbarrier.wait(kv_empty, (c & 1) ^ 1)
@@ -458,16 +450,6 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return fwd_hopper.gradient_tiles_fit(dout, q, k, queries, keys)
 
 
-def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> TensorDescriptor:
-    """A TMA descriptor of ``t`` ``(b, s, h, d)`` read as the folded ``(b*s, h*d)`` view in
-    ``block`` (rows, columns) tiles: whole rows of the head dim, or a consumer's half of
-    them (dK, dV)."""
-    t2 = fwd_hopper.folded(t)
-    rows, cols = block
-    return TensorDescriptor(t2, list(t2.shape), list(t2.stride()), [rows, cols],
-                            fwd_hopper._tile_layout(rows, cols, t.dtype))
-
-
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
     """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, 256)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
@@ -481,6 +463,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD256_PERSISTENT", False)
+    # (whole rows of the head dim; dK and dV in a consumer's column halves)
     plans.gluon_launch(
         record, _dkdv256_kernel, (grid,),
         ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
@@ -492,4 +475,4 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
              CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO,
                                            "FLASHTILE_GLUON_BWD256_GROUP") if causal else 1),
-        _descriptor, "dkdv", f"gluon d256 {block_n}x{block_m}/{stages}s")
+        fwd_hopper.part_descriptor, "dkdv", f"gluon d256 {block_n}x{block_m}/{stages}s")

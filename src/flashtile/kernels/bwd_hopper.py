@@ -47,10 +47,10 @@ no wgmma serialised): at d=128, with one K/V buffer per consumer, 0 B of spills 
 8 B causal (88-116 B with two); d=64's persistent grid 0 B unmasked, 32 B causal
 (item-level scalars).
 The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128} (not the
-forward's d=256: the tile-level backward runs there), lengths that are multiples of the
-tiles, causal only with sq = sk, foldable layouts), plus a foldable ``dout``. On by default
-on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off):
-in the same runs as cuDNN it lifted forward+backward from 0.73x to 0.80x cuDNN (geomean of
+forward's d=96, whose backward is tile-level, nor d=256, which has :mod:`.bwd256_hopper`),
+lengths that are multiples of the tiles, causal only with sq = sk, foldable layouts), plus a
+foldable ``dout``. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off): in the
+same runs as cuDNN it lifted forward+backward from 0.73x to 0.80x cuDNN (geomean of
 d 64/128 x 1k/4k/16k x causal; docs/perf.md, session 10).
 """
 from __future__ import annotations
@@ -135,16 +135,27 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
             BLOCK_M, HEAD_D, CAUSAL, GROUP)
         for t in range(n_t):
-            r = it + t
-            slot = r % NUM_STAGES
-            mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
-            row = q_row0 + (i0 + t % n_i) * BLOCK_M
-            col = q_col0 + (t // n_i) * HEAD_D
-            bar = ready.index(slot)
-            mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
-            tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + t, t, i0, n_i,
+                           q_row0, q_col0, BLOCK_M, HEAD_D, NUM_STAGES)
         it += n_t
+
+
+@gluon.jit
+def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i, q_row0,
+                   q_col0, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                   NUM_STAGES: gl.constexpr):
+    """The ring's load r: a work item's (Q, dO) tile t (query tile ``i0 + t % n_i`` of the
+    group's query head ``t // n_i``, from row ``q_row0`` and column ``q_col0`` of the folded
+    views) into slot ``r % NUM_STAGES``, once both consumers released it (also the d=256
+    kernel's loader, :mod:`.bwd256_hopper`)."""
+    slot = r % NUM_STAGES
+    mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
+    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D
+    bar = ready.index(slot)
+    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
+    tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
 
 
 @gluon.jit

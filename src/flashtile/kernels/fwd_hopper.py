@@ -48,7 +48,8 @@ dtypes, causal or not) it compiles with 14 waits for 120 HGMMA and no spills wit
 after the first softmax (:func:`early_s1`); 32 keys x 2/3/4 slots compile clean too (208 /
 176 / 208 KB). On the H200 (session 19, alternating runs, kernel sums) it took 0.61-0.77x the
 tile-level forward's time at 1k-16k, causal or not (4k unmasked: 444 -> 601 TFLOP/s), so it
-runs there by default (:data:`AHEAD`); the backward stays on the tile-level kernels at d=256.
+runs there by default (:data:`AHEAD`); d=256's dK/dV has a kernel of its own
+(:mod:`.bwd256_hopper`).
 
 d=96 (issue 7: the tile-level forward, which pads it to 128, reached 0.61 of d=128's fraction
 of peak): Gluon's shapes are powers of two, and padding to 128 here too would spend a third
@@ -64,7 +65,7 @@ compiles offline with 14 waits for 132 HGMMA and no spills with S_1 after the fi
 (:func:`early_s1`); 64 keys x 4/5/6 slots compile clean too. On the H200 (session 19, one
 round: the second was cut by the call's limit) it reached 433 / 454 / 465 TFLOP/s unmasked
 and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 288 / 355 /
-374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); the
+374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); d=96's
 backward stays on the tile-level kernels.
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
@@ -252,24 +253,27 @@ def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _load_parts(desc, desc2, smem, smem2, row, col, bar):
-    """TMA, a head dim split in two (:func:`head_parts`): the tile of ``desc`` at (row, col)
-    into ``smem`` and its second part (``desc2``, the columns from ``col`` + the first part's
-    width) into ``smem2``, both arriving on ``bar``."""
-    mbarrier.expect(bar, desc.block_type.nbytes + desc2.block_type.nbytes)
-    tma.async_copy_global_to_shared(desc, [row, col], bar, smem)
-    tma.async_copy_global_to_shared(desc2, [row, col + desc.block_type.shape[1]], bar, smem2)
+def _load_tile(desc, desc2, smem, smem2, row, col, bar):
+    """TMA, the tile of ``desc`` at (row, col) into ``smem``, arriving on ``bar``; where the
+    head dim is split (:func:`head_parts`: ``desc2`` not None) also its second part (the
+    columns from ``col`` + the first part's width) into ``smem2``, on the same barrier."""
+    if desc2 is None:
+        mbarrier.expect(bar, desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, [row, col], bar, smem)
+    else:
+        mbarrier.expect(bar, desc.block_type.nbytes + desc2.block_type.nbytes)
+        tma.async_copy_global_to_shared(desc, [row, col], bar, smem)
+        tma.async_copy_global_to_shared(desc2, [row, col + desc.block_type.shape[1]], bar, smem2)
 
 
 @gluon.jit
 def _load_slot(desc, desc2, ring, ring2, slot, row, col, bar):
-    """TMA, the tile of ``desc`` at (row, col) into ring slot ``slot``, with its second part
-    (``desc2``, :func:`_load_parts`) into ``ring2``'s slot where the head dim is split."""
-    if desc2 is None:
-        mbarrier.expect(bar, desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(desc, [row, col], bar, ring.index(slot))
+    """:func:`_load_tile` into ring slot ``slot`` (of ``ring2`` too, where the head dim is
+    split)."""
+    if ring2 is None:
+        _load_tile(desc, desc2, ring.index(slot), ring2, row, col, bar)
     else:
-        _load_parts(desc, desc2, ring.index(slot), ring2.index(slot), row, col, bar)
+        _load_tile(desc, desc2, ring.index(slot), ring2.index(slot), row, col, bar)
 
 
 @gluon.jit
@@ -446,11 +450,7 @@ def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q,
     _, _, _, q_row0, q_col, _, _, _, _ = _work_block(
         w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
         HEAD_D + HEAD_D2, CAUSAL, GROUP)
-    if q_desc2 is None:
-        mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [q_row0 + HALF * BLOCK_M, q_col], q_bar, q_smem)
-    else:
-        _load_parts(q_desc, q_desc2, q_smem, q_smem2, q_row0 + HALF * BLOCK_M, q_col, q_bar)
+    _load_tile(q_desc, q_desc2, q_smem, q_smem2, q_row0 + HALF * BLOCK_M, q_col, q_bar)
 
 
 @gluon.jit
@@ -486,6 +486,8 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         o2_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D2)[1]
         q_smem2 = q_smem2.index(HALF)
         o_smem2 = o_smem2.index(HALF)
+    else:
+        o2_layout: gl.constexpr = None
 
     _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2)
@@ -505,6 +507,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             s_0, acc, acc2 = warpgroup_mma_wait(0, deps=(s_0, acc, acc2))
         else:
             s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))      # (complete: as tensors)
+            acc2 = None                 # (no second part; :func:`_write_out` skips it)
         mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
         more = w + step < n_work
         if n_tiles == 1 and more and not O_IN_Q:    # S_0 was this Q's last S: load the next
@@ -578,12 +581,8 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
-        if HEAD_D2 > 0:
-            _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
-                       dtype, o_layout, acc2, o_smem2, o_desc2, o2_layout)
-        else:
-            _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
-                       dtype, o_layout)
+        _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
+                   dtype, o_layout, acc2, o_smem2, o_desc2, o2_layout)
         if O_IN_Q and more:             # the next item's Q, once O has left its tile
             tma.store_wait(0)
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group, seqlen_q,
@@ -718,7 +717,8 @@ def descriptor(t: torch.Tensor, rows: int, cols: int | None = None) -> TensorDes
 
 
 def part_descriptor(t: torch.Tensor, tile: tuple[int, int]) -> TensorDescriptor:
-    """:func:`descriptor` of ``t`` in ``tile`` = ``(rows, cols)`` tiles (the forward's)."""
+    """:func:`descriptor` of ``t`` in ``tile`` = ``(rows, cols)`` tiles (a part of the head
+    dim: the forward's split head dim, the d=256 dK/dV kernel's column halves)."""
     return descriptor(t, *tile)
 
 
