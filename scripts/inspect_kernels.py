@@ -17,7 +17,8 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
 ``kernels/dq_hopper.py``, ``kernels/bwd256_hopper.py``; configs from
 ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BWD256_CONFIG`` or their
 defaults; a backward kernel without a config for ``--d`` is skipped: d=256 compiles the
-forward and the d=256 dK/dV kernel) and exits 1 if ptxas spills or warns of a performance
+forward and the d=256 dK/dV kernel, d=96 the forward and the dK/dV kernel in split tiles,
+without its one pass) and exits 1 if ptxas spills or warns of a performance
 loss in any (its C75xx warnings: wgmma serialised), 0 otherwise.
 """
 
@@ -133,8 +134,8 @@ class GluonCapture:
 
 def has_config(module, d: int) -> bool:
     """Whether the Gluon kernel ``module`` has a config for head dim d (its own, or one given
-    by its ``FLASHTILE_GLUON_*_CONFIG`` override); if not, it is skipped, with a note (the
-    backward kernels cover d 64/128, bwd256_hopper d=256 alone)."""
+    by its ``FLASHTILE_GLUON_*_CONFIG`` override); if not, it is skipped, with a note
+    (bwd_hopper covers d 64/96/128, dq_hopper d 64/128, bwd256_hopper d=256 alone)."""
     try:
         module.config(d)
     except KeyError:
@@ -165,7 +166,9 @@ def inspect_gluon(args, dtype) -> int:
     if has_config(bwd_hopper, args.d):
         bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
                         params)
-        if args.one_pass:
+        if args.one_pass and not bwd_hopper.has_one_pass(args.d):
+            print(f"(skipped the one-pass dkdv: none at d={args.d})")
+        elif args.one_pass:
             bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
                             params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))

@@ -41,11 +41,12 @@ def assert_grads_within(label: str, grads, ref, same) -> None:
         assert_within_budget(name + label, g, r, s, FLOOR[g.dtype] * (4 if name != "dv" else 1))
 
 
-@pytest.mark.parametrize("d,seqlen,group", [(64, 1024, 1), (64, 4096, 8), (128, 512, 8)])
+@pytest.mark.parametrize("d,seqlen,group", [(64, 1024, 1), (64, 4096, 8), (128, 512, 8),
+                                            (96, 512, 8)])
 def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
     """The dK/dV kernel's causal order runs in chunks of 1 up to
-    :data:`bwd_hopper.SINGLE_UPTO` work items per head (d=64: 8, so 1k keys; d=128: never),
-    else 8. Runs on the CPU: the launch is captured, not made."""
+    :data:`bwd_hopper.SINGLE_UPTO` work items per head (d=64: 8, so 1k keys; d=128 and d=96,
+    d=128's rule: never), else 8. Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
     q, k, v, dout = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(4))
@@ -74,6 +75,85 @@ def test_kv_buffers_follow_the_grid(monkeypatch, persistent):
     assert grid == ((DEFAULT_SM_COUNT,) if persistent else (n_work,))
     assert n_work > DEFAULT_SM_COUNT
     assert meta["KV_BUFS"] == (2 if persistent else 1)
+
+
+def test_head_dim_96_config_and_rules(monkeypatch):
+    """d=96: 64 keys x 32 queries x 4 slots (d=128's shape; the offline compiler's verdict:
+    no spills, none serialised), d=128's rules for the grid (one program per item) and the
+    causal chunks (never of 1), both unmeasured; and no one pass (:func:`has_one_pass`)."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    assert bwd_hopper.config(96) == (64, 32, 4, 240)
+    assert bwd_hopper.SINGLE_UPTO[96] == 0
+    assert not bwd_hopper.persistent_ahead(96)
+    assert [bwd_hopper.has_one_pass(d) for d in (64, 96, 128)] == [True, False, True]
+
+
+def test_head_dim_96_runs_in_split_tiles(monkeypatch):
+    """d=96 (switched on, on a stubbed sm_90 device): the dK/dV kernel covers it, the Gluon dQ
+    kernel does not; the launch splits the head dim into 64 + 32 columns: thirteen TMA
+    descriptors (q, k, v, dout, dk, dv for columns 0:64, the dQ stand-in, then the six for
+    64:96), all over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 32 for
+    q/dout, 64 for k/v/dk/dv), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``, two
+    passes (a dQ accumulator is refused). The lengths must be multiples of the 32-query and
+    128-key tiles, and d = dv. The other head dims pass seven descriptors and None for the
+    second part's six. The launch is captured, not made."""
+    from flashtile.kernels import plans
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    for variable in ("FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
+        monkeypatch.setenv(variable, "1")
+    for variable in ("FLASHTILE_GLUON_BWD_CONFIG", "FLASHTILE_GLUON_BWD_PERSISTENT"):
+        monkeypatch.delenv(variable, raising=False)
+    launches = []
+    monkeypatch.setattr(plans, "gluon_launch", lambda *args: launches.append(args))
+    q, dout = (torch.randn(2, 1024, 3, 96, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 1024, 1, 96, dtype=torch.bfloat16) for _ in range(2))   # GQA 3:1
+    lse = dsum = torch.zeros(2, 3, 1024)
+    for causal in (False, True):
+        params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        assert bwd_hopper.supports(dout, q, k, v, params)
+        assert not dq_hopper.supports(dout, q, k, v, params)
+        assert bwd_hopper.call_one_pass(q, k, params) == "two-pass"
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params)
+        (_, _, grid, tiles, args, meta, make_descriptor, role, _), = launches
+        launches.clear()
+        assert role == "dkdv" and meta["HEAD_D"] == 64 and meta["HEAD_D2"] == 32
+        assert meta["BLOCK_N"] == 64 and meta["BLOCK_M"] == 32 and meta["NUM_STAGES"] == 4
+        assert meta["CAUSAL"] == causal and not meta["ONE_PASS"] and meta["KV_BUFS"] == 1
+        assert grid == (2 * 1 * 1024 // 128,)                 # one program per item
+        assert [(t, tile) for t, tile in tiles] == [
+            (q, (32, 64)), (k, (64, 64)), (v, (64, 64)), (dout, (32, 64)), (dk, (64, 64)),
+            (dv, (64, 64)), (dk, (64, 64)),
+            (q, (32, 32)), (k, (64, 32)), (v, (64, 32)), (dout, (32, 32)), (dk, (64, 32)),
+            (dv, (64, 32))]
+        assert args[0] is lse, "no None in place of a second-part descriptor"
+        for t, tile in tiles:
+            desc = make_descriptor(t, tile)
+            assert list(desc.block_shape) == list(tile)
+            assert list(desc.shape) == [t.shape[0] * t.shape[1], t.shape[2] * 96]
+            assert desc.base.data_ptr() == t.data_ptr()
+            assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
+        with pytest.raises(ValueError, match="no one pass at d=96"):
+            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params,
+                            dq_acc=torch.zeros(2, 1024, 3, 96))
+    params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
+    for sq, sk, runs in ((1024, 960, False), (1000, 1024, False), (992, 1024, True)):
+        qq = torch.randn(2, sq, 3, 96, dtype=torch.bfloat16)
+        kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
+        assert bwd_hopper.supports(qq.clone(), qq, kk, kk, params) == runs, (sq, sk)
+    for d, dv in ((96, 64), (64, 96)):                          # d = dv = 96 only
+        qq, kk = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(2))
+        vv = torch.randn(1, 512, 2, dv, dtype=torch.bfloat16)
+        params, _ = _flash_params(qq, kk, vv, 0.0, None, False, (-1, -1), 0.0, None, False)
+        assert not bwd_hopper.supports(qq.clone(), qq, kk, vv, params), (d, dv)
+    q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
+    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
+    bwd_hopper.dkdv(q, q, q, q, torch.zeros(1, 2, 512), torch.zeros(1, 2, 512),
+                    torch.empty_like(q), torch.empty_like(q), params)
+    (_, _, _, tiles, args, meta, _, _, _), = launches
+    assert len(tiles) == 7 and args[:6] == (None,) * 6 and meta["HEAD_D2"] == 0
+    assert [tile for _, tile in tiles] == [(32, 128), (64, 128), (64, 128), (32, 128),
+                                           (64, 128), (64, 128), (64, 128)]
 
 
 @pytest.mark.parametrize("module", ["bwd_hopper", "dq_hopper"])
@@ -125,7 +205,7 @@ def backward_calls(request, monkeypatch):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 96, 128])
 def test_switched_off_runs_the_tile_level_kernel(backward_calls, monkeypatch, d):
     """Switched off (``=0``; dQ's default): the same dense calls go to the tile-level kernel."""
     variable, calls = backward_calls
@@ -188,10 +268,11 @@ def test_dq_late_switch(monkeypatch):
     (64, False, 4, "early"), (128, False, 8, "early"), (128, False, 128, "early"),
     (64, True, 8, "late"), (64, True, 5, "late"), (64, True, 4, "two-pass"),
     (64, True, 9, "early"), (128, True, 8, "early"), (128, True, 4, "early"),
-    (128, True, 32, "early")])
+    (128, True, 32, "early"), (96, False, 8, "two-pass"), (96, True, 32, "two-pass")])
 def test_one_pass_rule(d, causal, n_ntiles, expected):
     """Where one pass measured ahead (sessions 14 and 16): everywhere but d=64 causal with at
-    most 8 work items per head, which takes the late reductions (two passes with at most 4)."""
+    most 8 work items per head, which takes the late reductions (two passes with at most 4);
+    d=96 has no one pass (:func:`bwd_hopper.has_one_pass`)."""
     assert bwd_hopper.one_pass(d, causal, n_ntiles) == expected
 
 
@@ -218,16 +299,18 @@ def test_dq_mode_switch(monkeypatch):
     ((2, 512, 8, 8, 64), True, False, None),
     ((2, 1024, 8, 2, 128), True, False, "+dQ"),
     ((1, 2048, 4, 4, 128), True, False, "+dQ"),
-    ((2, 1024, 8, 2, 128), False, True, None)],
+    ((2, 1024, 8, 2, 128), False, True, None),
+    ((2, 1024, 8, 2, 96), True, False, None)],
     ids=["d128-full", "d64-causal-1k", "d64-causal-512", "d128-causal-1k", "d128-causal-2k",
-         "deterministic"])
+         "deterministic", "d96-causal-1k"])
 def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic, expected):
     """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
     says so (no dQ kernel runs then), with the late reductions at d=64 causal 1k;
-    ``deterministic=True`` and d=64 causal 512 run two passes. Gradients within budget; the
-    second call of each signature replays its launch plan (the accumulator zeroed by the
-    preprocess and the final copy included) and gives the same gradients bit for bit only in
-    two passes (one pass sums in arrival order), within budget either way."""
+    ``deterministic=True``, d=64 causal 512 and d=96 (split tiles) run two passes. Gradients
+    within budget; the second call of each signature replays its launch plan (the
+    accumulator zeroed by the preprocess and the final copy included; at d=96 thirteen
+    descriptors) and gives the same gradients bit for bit only in two passes (one pass sums
+    in arrival order), within budget either way."""
     from flashtile.kernels import bwd, plans
     monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE", raising=False)
@@ -272,11 +355,13 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
                         dtype, gluon_calls)
 
 
-@gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128)])
+@gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128),
+                   (4, 2048, 8, 4, 96)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_PERSISTENT=1``: one program per SM, each looping over work items
-    (512 or 256 items of 128 keys: two to four apiece, of different lengths when causal) with
-    K and V double-buffered, and a call with fewer items than SMs; gradients within budget."""
+    (512 or 256 items of 128 keys: two to four apiece, of different lengths when causal; at
+    d=96, 256 items in split tiles) with K and V double-buffered, and a call with fewer items
+    than SMs; gradients within budget."""
     b, s, _, hkv, _ = shape
     check_persistent(monkeypatch, "FLASHTILE_GLUON_BWD_PERSISTENT", "dkdv", shape,
                      b * hkv * s // 128, causal, dtype, gluon_calls)
@@ -298,9 +383,46 @@ def test_with_the_gluon_forward_and_a_scale(backward_calls, monkeypatch):
     assert len(backward_calls[1]) == 1
 
 
+@gluon_cases_over([(2, 1024, 8, 2, 96), (1, 256, 2, 2, 96), (3, 512, 4, 1, 96)])
+def test_head_dim_96(gluon_calls, monkeypatch, shape, causal, dtype):
+    """d=96 on the Gluon dK/dV kernel in split tiles (64 + 32 columns): GQA 4:1, MQA, one
+    work item per KV head and several; one launch, dQ in two passes (the tile-level dQ
+    kernel), all three gradients (NaN-poisoned before the launches) within budget."""
+    from flashtile.kernels import bwd
+    monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1, "this call should have run the Gluon dK/dV kernel"
+    assert bwd.last_dq_pass == "two-pass"
+
+
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("case", ["ragged-length", "bhsd-layout", "d96", "softcap",
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_96_64_queries(gluon_calls, monkeypatch, causal):
+    """The other d=96 config (for the sweep): 64 queries per tile, which compiles offline
+    with no wgmma serialised but spills item-level scalars (bwd_hopper._CONFIGS); GQA,
+    several items per KV head; gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", "64,64,4,240")
+    check(2, 1024, 1024, 8, 2, 96, 96, torch.bfloat16, causal=causal)
+    assert len(gluon_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_head_dim_96_forced_one_pass_runs_the_tile_level_kernel(gluon_calls, monkeypatch):
+    """``FLASHTILE_BWD_DQ=atomic`` at d=96, where the Gluon kernel has no one pass: the
+    tile-level dK/dV kernel adds dQ; gradients within budget."""
+    from flashtile.kernels import bwd
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    check(1, 512, 512, 4, 2, 96, 96, torch.bfloat16, causal=True)
+    assert gluon_calls == []
+    assert bwd.last_dq_pass == "atomic"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", ["ragged-length", "bhsd-layout", "d80", "softcap",
                                   "atomic-dq"])
 def test_other_calls_fall_back(backward_calls, monkeypatch, case):
     """Calls outside the kernels' cover run the tile-level kernels, still within budget. A

@@ -305,14 +305,14 @@ def test_head_dim_96_and_256(gluon_calls, monkeypatch, shape, causal, dtype):
     """d=256 (64 keys x 2 slots, O through each consumer's Q tile: with 288 items over the SMs
     every program loads a next Q after its O left) and d=96 (two parts of 64 and 32 columns,
     128 keys x 2 slots, O apart) on the Gluon forward, GQA, and calls of fewer items than SMs;
-    the d=64/128 dK/dV kernel never takes them (d=256's backward has its own,
-    :mod:`.bwd256_hopper`; d=96's is tile-level): outputs (NaN-poisoned before the launch)
-    and gradients within budget."""
+    the d=64/96/128 dK/dV kernel takes d=96 (in split tiles too), not d=256 (whose backward
+    has its own, :mod:`.bwd256_hopper`): outputs (NaN-poisoned before the launch) and
+    gradients within budget."""
     dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon forward"
-    assert dkdv_calls == [], f"d={d} is not the d=64/128 dK/dV kernel's"
+    assert len(dkdv_calls) == (1 if d == 96 else 0), dkdv_calls
 
 
 @pytest.mark.gpu
@@ -334,9 +334,9 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
     64 + 32 columns: eight TMA descriptors (q, k, v, out for columns 0:64, then for 64:96), all
     over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 64 for q/out, 128
     for k/v), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``. The other head dims pass
-    four descriptors and None for the second part's. The Gluon dK/dV and dQ kernels refuse
-    d=96 (the tile-level backward runs), even switched on. The device is stubbed as an sm_90
-    GPU; the launch is captured, not made."""
+    four descriptors and None for the second part's. The Gluon dK/dV kernel covers d=96 too
+    (split likewise, tests/test_bwd_hopper.py), the Gluon dQ kernel does not, even switched
+    on. The device is stubbed as an sm_90 GPU; the launch is captured, not made."""
     from flashtile.kernels import plans
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     for variable in ("FLASHTILE_GLUON_FWD", "FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
@@ -354,8 +354,8 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
         assert fwd_hopper.covers(q, k, v, params, fwd_hopper._CONFIGS)
         assert fwd_hopper.supports(q, k, v, params)
         assert fwd_hopper.config(96, 1024, causal) == (64, 128, 2, 240)
-        assert not bwd_hopper.supports(q, k, v, q, params)
-        assert not dq_hopper.supports(q, k, v, q, params)
+        assert bwd_hopper.supports(q, q, k, v, params)
+        assert not dq_hopper.supports(q, q, k, v, params)
         out = torch.empty_like(q)
         fwd_hopper.forward(q, k, v, params, out, torch.empty(2, 3, 1024))
         (_, _, _, tiles, args, meta, make_descriptor, role, _), = launches

@@ -587,6 +587,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         atomic = hopper is not None and hopper.call_one_pass(q, k, params) != "two-pass"
     else:
         atomic = mode == "atomic"
+    if atomic and hopper is not None and not hopper.has_one_pass(q.shape[3]):
+        hopper = None       # (a forced one pass at d=96: the tile-level kernel adds dQ)
     hopper_dq = (_gluon_kernel("dq_hopper", dout, q, k, v, params) if dense and not atomic
                  else None)
     # d=256 (FLASHTILE_GLUON_BWD256=0 turns it off): dK/dV from its own Gluon kernel, dQ in two

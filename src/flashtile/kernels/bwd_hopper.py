@@ -24,7 +24,7 @@ cannot give more registers to the warps that do the math. This kernel can:
   +0.4% to +4% forward+backward at d=128 2k/8k in alternating runs, session 15). By default
   (:func:`persistent_ahead`) the grid is one program per SM at d=64 (forward+backward +9% to
   +29% at 512, -1% to +7% at 1k-16k) and one per item at d=128 (where one per SM measured up
-  to 8.5% behind; session 12).
+  to 8.5% behind; session 12) and d=96 (d=128's rule, unmeasured).
   ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``=0`` forces either.
 
 Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
@@ -46,12 +46,27 @@ Session 14 (forward+backward against two passes, same runs): d=64 +4% to +9%, d=
 no wgmma serialised): at d=128, with one K/V buffer per consumer, 0 B of spills unmasked and
 8 B causal (88-116 B with two); d=64's persistent grid 0 B unmasked, 32 B causal
 (item-level scalars).
-The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 128} (not the
-forward's d=96, whose backward is tile-level, nor d=256, which has :mod:`.bwd256_hopper`),
-lengths that are multiples of the tiles, causal only with sq = sk, foldable layouts), plus a
-foldable ``dout``. On by default on sm_90 (``FLASHTILE_GLUON_BWD=0`` turns it off): in the
-same runs as cuDNN it lifted forward+backward from 0.73x to 0.80x cuDNN (geomean of
-d 64/128 x 1k/4k/16k x causal; docs/perf.md, session 10).
+d=96 (issue 7: with the tile-level backward, forward+backward reached 0.61-0.63 of d=128's
+fraction of peak): Gluon's shapes are powers of two, so, as in the forward
+(:func:`.fwd_hopper.head_parts`), the head dim runs as two parts of 64 and 32 columns (the
+kernel's ``HEAD_D``, ``HEAD_D2``), each with shared tiles and TMA descriptors of its own (Q,
+dO, K, V; dK and dV leave per part through K's and V's tiles): S^T and dP^T each chain two
+wgmma through the accumulator, and dK and dV are a 64-column and a 32-column accumulator
+each, fed the same register P^T and dS^T operands. ``HEAD_D2`` = 0 compiles d=64/128 as
+before (the same PTX, offline). Two passes only (:func:`has_one_pass`). Offline (sm_90a,
+bf16, 4k; causal or not, one program per item or per SM): 64 keys x 32 queries x 4 slots
+compiles with 0 B of spills and 8 waits for 80 HGMMA (96 KB of shared memory, 144 KB with
+two K/V buffers); 64 queries spill item-level scalars outside the tile loop (28 B unmasked,
+76 B causal; 0 / 64 B in a persistent grid) with 8 waits for 112 HGMMA. Not yet measured on
+the GPU: the config, the grid (one program per item, d=128's rule) and the causal chunks
+(d=128's rule).
+
+The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 96, 128} (not d=256,
+which has :mod:`.bwd256_hopper`), lengths that are multiples of the tiles, causal only with
+sq = sk, foldable layouts), plus a foldable ``dout``. On by default on sm_90
+(``FLASHTILE_GLUON_BWD=0`` turns it off): in the same runs as cuDNN it lifted
+forward+backward from 0.73x to 0.80x cuDNN (geomean of d 64/128 x 1k/4k/16k x causal;
+docs/perf.md, session 10); d=96 takes it by the same switch, unmeasured.
 """
 from __future__ import annotations
 
@@ -70,12 +85,18 @@ from .common import env_forced, gluon_switch_on
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
-_CONFIGS = {64: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
+# d = 96 (split 64 + 32) too, by the offline verdict (sm_90a, bf16, 4k): at 32 queries 0 B of
+# spills causal or not, in either grid, 8 waits for 80 HGMMA; at 64 (dK + dV 96 registers,
+# S^T + dP^T 64) none serialised (8 waits for 112 HGMMA), but item-level scalars spill
+# outside the tile loop: 28 B unmasked, 76 B causal (persistent grid: 0 B / 64 B). Both
+# unmeasured on the GPU (``FLASHTILE_GLUON_BWD_CONFIG=64,64,4,240`` runs the other).
+_CONFIGS = {64: (64, 64, 4, 240), 96: (64, 32, 4, 240), 128: (64, 32, 4, 240)}
 
 # Work items per KV head up to which the causal order of key tiles runs in chunks of 1
 # (:func:`.fwd_hopper.causal_group`), by head dim: d=64 up to 8 (chunks of 8 lost 6% at 1k,
-# session 13); never at d=128 (chunks of 1 lost 5% at 1k, 512 within its noise, session 15).
-SINGLE_UPTO = {64: 8, 128: 0}
+# session 13); never at d=128 (chunks of 1 lost 5% at 1k, 512 within its noise, session 15);
+# d=96 takes d=128's rule (its tiles are d=128's shape: 64 keys x 32 queries), unmeasured.
+SINGLE_UPTO = {64: 8, 96: 0, 128: 0}
 
 
 @builtin
@@ -124,38 +145,52 @@ def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_
 def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
                group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-               GROUP: gl.constexpr):
+               GROUP: gl.constexpr, q_desc2, do_desc2, q_smem2, do_smem2,
+               HEAD_D2: gl.constexpr):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
     across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
-    query head ``t // n_i``; a slot is refilled only after both consumers released it."""
+    query head ``t // n_i``; a slot is refilled only after both consumers released it. A split
+    head dim (``HEAD_D2`` > 0) loads each tile's second part into ``q_smem2``/``do_smem2``."""
     it = 0
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-            BLOCK_M, HEAD_D, CAUSAL, GROUP)
+            BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
         for t in range(n_t):
             load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + t, t, i0, n_i,
-                           q_row0, q_col0, BLOCK_M, HEAD_D, NUM_STAGES)
+                           q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,
+                           do_desc2, q_smem2, do_smem2)
         it += n_t
 
 
 @gluon.jit
 def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i, q_row0,
                    q_col0, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, q_desc2=None, do_desc2=None, q_smem2=None,
+                   do_smem2=None):
     """The ring's load r: a work item's (Q, dO) tile t (query tile ``i0 + t % n_i`` of the
     group's query head ``t // n_i``, from row ``q_row0`` and column ``q_col0`` of the folded
-    views) into slot ``r % NUM_STAGES``, once both consumers released it (also the d=256
-    kernel's loader, :mod:`.bwd256_hopper`)."""
+    views; ``HEAD_D``: the whole head dim) into slot ``r % NUM_STAGES``, once both consumers
+    released it (also the d=256 kernel's loader, :mod:`.bwd256_hopper`). Where the head dim
+    is split (``q_desc2`` not None: d=96) also the tile's second part, the columns after
+    ``q_desc``'s, into the same slot of ``q_smem2``/``do_smem2``, on the same barrier."""
     slot = r % NUM_STAGES
     mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
     row = q_row0 + (i0 + t % n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D
     bar = ready.index(slot)
-    mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    if q_desc2 is None:
+        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    else:
+        mbarrier.expect(bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes
+                        + q_desc2.block_type.nbytes + do_desc2.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [row, col], bar, q_smem.index(slot))
     tma.async_copy_global_to_shared(do_desc, [row, col], bar, do_smem.index(slot))
+    if q_desc2 is not None:
+        col2 = col + q_desc.block_type.shape[1]
+        tma.async_copy_global_to_shared(q_desc2, [row, col2], bar, q_smem2.index(slot))
+        tma.async_copy_global_to_shared(do_desc2, [row, col2], bar, do_smem2.index(slot))
 
 
 @gluon.jit
@@ -189,11 +224,45 @@ def _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M: gl
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_buf, v_buf, bar, kv_row0, kv_col):
-    """Start loading a consumer's K and V tiles of one work item into ``k_buf``/``v_buf``."""
-    mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+def _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, buf, item_row, kv_col,
+             ROW_OFF: gl.constexpr, k_desc2, v_desc2, k_smem2, v_smem2):
+    """Start loading a consumer's K and V tiles of one work item (rows from ``item_row +
+    ROW_OFF``) into buffer ``buf`` of ``k_smem``/``v_smem`` (arriving on
+    ``kv_bar.index(buf)``); where the head dim is split (``k_desc2`` not None) also their
+    second parts, the columns after ``k_desc``'s, into the same buffer of
+    ``k_smem2``/``v_smem2``, on the same barrier."""
+    k_buf = k_smem.index(buf)
+    v_buf = v_smem.index(buf)
+    bar = kv_bar.index(buf)
+    kv_row0 = item_row + ROW_OFF
+    if k_desc2 is None:
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    else:
+        mbarrier.expect(bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes
+                        + k_desc2.block_type.nbytes + v_desc2.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [kv_row0, kv_col], bar, k_buf)
     tma.async_copy_global_to_shared(v_desc, [kv_row0, kv_col], bar, v_buf)
+    if k_desc2 is not None:
+        col2 = kv_col + k_desc.block_type.shape[1]
+        tma.async_copy_global_to_shared(k_desc2, [kv_row0, col2], bar, k_smem2.index(buf))
+        tma.async_copy_global_to_shared(v_desc2, [kv_row0, col2], bar, v_smem2.index(buf))
+
+
+@gluon.jit
+def _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, slot, s_zero, k_cur2, v_cur2, q_smem2,
+                  do_smem2):
+    """Issue S^T = K Q^T and dP^T = V dO^T of the (Q, dO) tile in ring slot ``slot``; where
+    the head dim is split (``k_cur2`` not None: d=96) each sums both parts' products, two
+    wgmma chained through the accumulator (S^T's two, then dP^T's)."""
+    st = warpgroup_mma(k_cur, q_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                       is_async=True)
+    if k_cur2 is not None:
+        st = warpgroup_mma(k_cur2, q_smem2.index(slot).permute((1, 0)), st, is_async=True)
+    dpt = warpgroup_mma(v_cur, do_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                        is_async=True)
+    if k_cur2 is not None:
+        dpt = warpgroup_mma(v_cur2, do_smem2.index(slot).permute((1, 0)), dpt, is_async=True)
+    return st, dpt
 
 
 @gluon.jit
@@ -271,7 +340,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
-                  KV_BUFS: gl.constexpr):
+                  KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
+                  v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -282,13 +352,24 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     accumulator by TMA (:func:`_dq_reduce`); the other consumer's K buffer is read too, so dK
     is staged in this one's only after both consumers' last dQ products of the item.
     ``DQ_LATE``: a tile's dQ part leaves after the next tile's S^T and dP^T are issued (its
-    shared-memory store under their products)."""
+    shared-memory store under their products).
+
+    ``HEAD_D2`` > 0 (d=96: 64 + 32, :func:`.fwd_hopper.head_parts`): the head dim's columns
+    from HEAD_D on are a second part with tiles of their own (``k_smem2``, ``v_smem2``,
+    ``q_smem2``, ``do_smem2``) and descriptors (``*_desc2``); S^T and dP^T each sum both
+    parts' products (two wgmma chained through the accumulator), and dK and dV are two
+    accumulators each, ``dk``/``dv`` (HEAD_D columns) and ``dk2``/``dv2`` (HEAD_D2), fed the
+    same P^T and dS^T operands. Two passes only (no ``ONE_PASS``)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
     first, step = gl.program_id(0), gl.num_programs(0)
+    if HEAD_D2 > 0:     # (the second part's accumulators and register A operands)
+        gl.static_assert(not ONE_PASS, "a split head dim's dK/dV kernel has no one pass")
+        g2_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D2)[1]
+        a2_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D2)[2]
     if ONE_PASS:    # (a dQ^T part: 64 rows of the head dim x Q_PART queries)
         Q_PART: gl.constexpr = dq_smem.shape[1]
         dq_layout: gl.constexpr = fwd_hopper.mma_layouts(4, Q_PART, HEAD_D)[0]
@@ -296,19 +377,25 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
 
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-        BLOCK_M, HEAD_D, CAUSAL, GROUP)
-    _load_kv(k_desc, v_desc, k_smem.index(KV_BUFS * HALF), v_smem.index(KV_BUFS * HALF),
-             kv_bar.index(KV_BUFS * HALF), kv_row0 + HALF * BLOCK_N, kv_col)
+        BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
+    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF, kv_row0, kv_col,
+             HALF * BLOCK_N, k_desc2, v_desc2, k_smem2, v_smem2)
     it = 0          # (Q, dO) tiles read from the ring so far
     c = 0           # work items done so far
     for w in range(first, n_work, step):
         n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
-            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL,
+            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL,
             GROUP)
         buf = KV_BUFS * HALF + c % KV_BUFS
         k_cur = k_smem.index(buf)
         v_cur = v_smem.index(buf)
+        if HEAD_D2 > 0:
+            k_cur2 = k_smem2.index(buf)
+            v_cur2 = v_smem2.index(buf)
+        else:
+            k_cur2: gl.constexpr = None
+            v_cur2: gl.constexpr = None
         mbarrier.wait(kv_bar.index(buf), (c // KV_BUFS) & 1)
         if ONE_PASS:    # (the other consumer's K: read by this one's dQ products)
             mbarrier.wait(kv_bar.index(KV_BUFS * (1 - HALF) + c % KV_BUFS), (c // KV_BUFS) & 1)
@@ -316,10 +403,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
-        st = warpgroup_mma(k_cur, q_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v_cur, do_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
-                            use_acc=False, is_async=True)
+        st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, it % NUM_STAGES, s_zero,
+                                k_cur2, v_cur2, q_smem2, do_smem2)
         if w + step < n_work:
             # The next item's K and V load during this one, into the other buffer once the
             # previous item's dK and dV have left it. (Issued while tile 0's products run;
@@ -327,21 +412,30 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             tma.store_wait(0)
             _, nrow, ncol, _, _, _, _, _, _, _ = _item(
                 w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
-                BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
-            nbuf = KV_BUFS * HALF + (c + 1) % KV_BUFS
-            _load_kv(k_desc, v_desc, k_smem.index(nbuf), v_smem.index(nbuf), kv_bar.index(nbuf),
-                     nrow + HALF * BLOCK_N, ncol)
+                BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
+            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF + (c + 1) % KV_BUFS,
+                     nrow, ncol, HALF * BLOCK_N, k_desc2, v_desc2, k_smem2, v_smem2)
         # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
         # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
         st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
         st, dpt = warpgroup_mma_init(st), warpgroup_mma_init(dpt)
         dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
         dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+        if HEAD_D2 > 0:
+            dk2 = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout))
+            dv2 = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout))
+        else:           # (no second part)
+            dk2 = None
+            dv2 = None
         lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
                                  n_i, BLOCK_M, col_layout)
         for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
             r = it + t
-            st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+            if HEAD_D2 > 0:
+                st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(
+                    0, deps=(st, dpt, dk, dv, dk2, dv2))
+            else:
+                st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
             if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
                 mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
             pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
@@ -353,10 +447,16 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                                      t + 1, i0, n_i, BLOCK_M, col_layout)
             slot = r % NUM_STAGES
             dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+            if HEAD_D2 > 0:
+                dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot),
+                                    dv2, is_async=True)
             if ONE_PASS:
                 dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
                                 KV_BUFS)
             dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+            if HEAD_D2 > 0:
+                dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot),
+                                    dk2, is_async=True)
             if ONE_PASS:    # (dV and dQ done; dK may still run)
                 dqt = warpgroup_mma_wait(1, deps=(dqt,))
                 _ds_release(ds_free)
@@ -365,16 +465,17 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                                sm_scale, HALF, BLOCK_M, HEAD_D)
             nslot = (r + 1) % NUM_STAGES
             mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
-            st = warpgroup_mma(k_cur, q_smem.index(nslot).permute((1, 0)), s_zero,
-                               use_acc=False, is_async=True)
-            dpt = warpgroup_mma(v_cur, do_smem.index(nslot).permute((1, 0)), s_zero,
-                                use_acc=False, is_async=True)
+            st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
+                                    v_cur2, q_smem2, do_smem2)
             if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
                 _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                            sm_scale, HALF, BLOCK_M, HEAD_D)
         t = n_t - 1
         r = it + t
-        st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+        if HEAD_D2 > 0:
+            st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv, dk2, dv2))
+        else:
+            st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
         if t > 0:
             mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
         pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
@@ -383,15 +484,24 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
         slot = r % NUM_STAGES
         dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+        if HEAD_D2 > 0:
+            dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot), dv2,
+                                is_async=True)
         if ONE_PASS:
             dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D, KV_BUFS)
         dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+        if HEAD_D2 > 0:
+            dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot), dk2,
+                                is_async=True)
         if ONE_PASS:
             dqt = warpgroup_mma_wait(1, deps=(dqt,))
             _ds_release(ds_free)
             _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                        sm_scale, HALF, BLOCK_M, HEAD_D)
-        dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+        if HEAD_D2 > 0:
+            dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(dk, dv, dk2, dv2))
+        else:
+            dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
         mbarrier.arrive(empty.index(slot), count=1)
         if ONE_PASS:    # the other consumer's last dQ products have read this one's K
             mbarrier.wait(ds_free, r & 1)
@@ -400,31 +510,64 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         # stores (waited for before the buffer is loaded again, or at the end).
         k_cur.store((dk * sm_scale).to(dtype))
         v_cur.store(dv.to(dtype))
+        if HEAD_D2 > 0:
+            k_cur2.store((dk2 * sm_scale).to(dtype))
+            v_cur2.store(dv2.to(dtype))
         fence_async_shared()
         tma.async_copy_shared_to_global(dk_desc, [kv_row0 + HALF * BLOCK_N, kv_col], k_cur)
         tma.async_copy_shared_to_global(dv_desc, [kv_row0 + HALF * BLOCK_N, kv_col], v_cur)
+        if HEAD_D2 > 0:
+            tma.async_copy_shared_to_global(dk_desc2, [kv_row0 + HALF * BLOCK_N,
+                                                       kv_col + HEAD_D], k_cur2)
+            tma.async_copy_shared_to_global(dv_desc2, [kv_row0 + HALF * BLOCK_N,
+                                                       kv_col + HEAD_D], v_cur2)
         it += n_t
         c += 1
     tma.store_wait(0)
 
 
 @gluon.jit
-def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
+def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, q_desc2,
+                        k_desc2, v_desc2, do_desc2, dk_desc2, dv_desc2, LSE, DSUM,
                         stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                         nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale,
                         sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
-                        KV_BUFS: gl.constexpr):
+                        KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
+    # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
+    # read and write the second part), else the *_desc2 are None.
     dtype: gl.constexpr = k_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [2 * KV_BUFS, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2 * KV_BUFS, BLOCK_N, HEAD_D], v_desc.layout)
     q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
     do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
+    if HEAD_D2 > 0:     # the second part's tiles (dK and dV leave through K's and V's)
+        k_smem2 = gl.allocate_shared_memory(dtype, [2 * KV_BUFS, BLOCK_N, HEAD_D2],
+                                            k_desc2.layout)
+        v_smem2 = gl.allocate_shared_memory(dtype, [2 * KV_BUFS, BLOCK_N, HEAD_D2],
+                                            v_desc2.layout)
+        q_smem2 = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D2],
+                                            q_desc2.layout)
+        do_smem2 = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D2],
+                                             do_desc2.layout)
+        q2_desc, k2_desc, v2_desc, do2_desc = q_desc2, k_desc2, v_desc2, do_desc2
+        dk2_desc, dv2_desc = dk_desc2, dv_desc2
+    else:   # (constexpr Nones: warp_specialize's argument tuples take no bare None)
+        k_smem2: gl.constexpr = None
+        v_smem2: gl.constexpr = None
+        q_smem2: gl.constexpr = None
+        do_smem2: gl.constexpr = None
+        q2_desc: gl.constexpr = None
+        k2_desc: gl.constexpr = None
+        v2_desc: gl.constexpr = None
+        do2_desc: gl.constexpr = None
+        dk2_desc: gl.constexpr = None
+        dv2_desc: gl.constexpr = None
     kv_bar = fwd_hopper.barriers(2 * KV_BUFS, 1)
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
@@ -446,16 +589,19 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
-                         DQ_LATE, KV_BUFS)),
+                         DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
+                         v_smem2, q_smem2, do_smem2, HEAD_D2)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
-                         DQ_LATE, KV_BUFS)),
+                         DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
+                         v_smem2, q_smem2, do_smem2, HEAD_D2)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP)),
+                      NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
+                      HEAD_D2)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -503,9 +649,18 @@ def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
     us at 512, and the early pass 747 against 742 at 1k (the late one, the rule there, 742).
     So d=128 causal takes the early pass at every length; session 14's loss there was read
     from host-bound wall times."""
+    if not has_one_pass(d):
+        return "two-pass"
     if causal and n_ntiles <= 8 and d <= 64:
         return "late" if n_ntiles > 4 else "two-pass"
     return "early"
+
+
+def has_one_pass(d: int) -> bool:
+    """Whether this kernel can add dQ in its own pass at head dim d: d=64 and d=128. Not d=96:
+    its consumers' dQ^T parts would be the head dim's 64 and 32 rows, and a wgmma's rows are
+    64 (a forced one pass, ``FLASHTILE_BWD_DQ=atomic``, runs the tile-level kernels there)."""
+    return fwd_hopper.head_parts(d)[1] == 0
 
 
 def dq_late(d: int, causal: bool, n_ntiles: int) -> bool:
@@ -541,7 +696,8 @@ def persistent_ahead(d: int) -> bool:
     of 12 points, +0.5% to +29%, the most at 512; within 1% behind at the other three); not
     d=128 (behind at 10 of 12 points, -2% to -8.5%; again in session 15, after one program
     per item got one K/V buffer per consumer: -1% to -3% unmasked at 1k/2k, -9% to -12%
-    causal at 512 to 2k)."""
+    causal at 512 to 2k). d=96 takes d=128's rule, unmeasured (both grids compile clean
+    offline)."""
     return d == 64
 
 
@@ -559,25 +715,34 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     n_ntiles = work_tiles(q, k)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
+    if dq_acc is not None and not has_one_pass(d):
+        raise ValueError(f"the Gluon dK/dV kernel has no one pass at d={d} (has_one_pass)")
     late = dq_acc is not None and dq_late(d, causal, n_ntiles)
     # one pass: a TMA block of the accumulator is one consumer's dQ part (at d=64 half the
     # queries); two passes: a stand-in
-    dq_tile = ((dq_acc, block_m // 2 if d == 64 else block_m) if dq_acc is not None
-               else (dk, block_n))
+    first, second = fwd_hopper.head_parts(d)   # (d=96: 64 + 32 columns, else d + 0)
+    dq_tile = ((dq_acc, (block_m // 2 if d == 64 else block_m, 64)) if dq_acc is not None
+               else (dk, (block_n, first)))
+    # q, k, v, dout, dk, dv in tiles of the head dim's first part, the dQ accumulator's (or
+    # its stand-in), then the second part's tiles where the head dim is split (the kernel's
+    # *_desc2 descriptors; None where it is whole)
+    operands = ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
+                (dv, block_n))
+    tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
+             + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                persistent_ahead(d))
     plans.gluon_launch(
-        record, _dkdv_hopper_kernel, (grid,),
-        ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dk, block_n),
-         (dv, block_n), dq_tile),
-        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
-         hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
-         params.softmax_scale),
-        dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages,
+        record, _dkdv_hopper_kernel, (grid,), tiles,
+        ((None,) * (13 - len(tiles))
+         + (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
+            hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
+            params.softmax_scale)),
+        dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=first, HEAD_D2=second, NUM_STAGES=stages,
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1),
-        fwd_hopper.descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
+        fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

@@ -89,8 +89,9 @@ def env_forced(name: str) -> bool | None:
 
 # The Gluon kernels for sm_90 (modules of this package): their switch, its default, and the
 # variable that overrides their config (sweeps). The dK/dV kernel is on by default (faster
-# than the tile-level one, docs/perf.md session 10); the forward is on where it measured ahead
-# ("auto": d=128, and d=64 without the causal mask, session 11; d=96 and d=256, session 19);
+# than the tile-level one, docs/perf.md session 10; at d=96, in split tiles, unmeasured); the
+# forward is on where it measured ahead ("auto": d=128, and d=64 without the causal mask,
+# session 11; d=96 and d=256, session 19);
 # dQ is opt-in (no net gain, session 10); the d=256 dK/dV kernel is on (0.57-0.61x the
 # tile-level backward's time, session 19).
 GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON_FWD_CONFIG"),

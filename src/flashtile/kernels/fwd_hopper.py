@@ -66,7 +66,7 @@ compiles offline with 14 waits for 132 HGMMA and no spills with S_1 after the fi
 round: the second was cut by the call's limit) it reached 433 / 454 / 465 TFLOP/s unmasked
 and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 288 / 355 /
 374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); d=96's
-backward stays on the tile-level kernels.
+dK/dV runs in :mod:`.bwd_hopper`'s kernel in the same split tiles (its dQ in two passes).
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -723,9 +723,11 @@ def part_descriptor(t: torch.Tensor, tile: tuple[int, int]) -> TensorDescriptor:
 
 
 def head_parts(d: int) -> tuple[int, int]:
-    """The forward's head dim as (first part, second part): Gluon's tensor shapes are powers
-    of two, so d=96 runs as 64 + 32 columns (tiles of each part, S summed over both, O in two
-    accumulators), and the second part is 0 for the others (one tile each, as before). (Padding
+    """The head dim of the forward and the dK/dV kernel (:mod:`.bwd_hopper`) as (first part,
+    second part): Gluon's tensor shapes are powers of two, so d=96 runs as 64 + 32 columns
+    (tiles of each part; the forward's S summed over both, O in two accumulators; dK/dV's
+    S^T and dP^T summed over both, dK and dV in two accumulators each), and the second part
+    is 0 for the others (one tile each, as before). (Padding
     d=96 to 128 would spend a third more MACs: at best 0.75 of d=128's rate.)"""
     return (64, 32) if d == 96 else (d, 0)
 
@@ -740,8 +742,9 @@ def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, head_dims)
     """The device, dtype, feature, head-dim and layout conditions that this kernel and the
     Gluon dK/dV and dQ kernels share; each adds its own tile multiples and passes the head
     dims it has configs for, ``head_dims`` (d = dv; the forward's include 96 and 256, the
-    backward kernels' do not). The mask is read from the window, as the tile-level kernels do: none,
-    or causal (``(-1, 0)``, which needs ``seqlen_q == seqlen_k``; :func:`causal`)."""
+    d=64/128 dK/dV kernel's 96, the dQ kernel's neither, d=256's dK/dV kernel's 256 alone).
+    The mask is read from the window, as the tile-level kernels do: none, or causal
+    (``(-1, 0)``, which needs ``seqlen_q == seqlen_k``; :func:`causal`)."""
     if not is_sm90(q.device):
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or not (q.dtype == k.dtype == v.dtype):
