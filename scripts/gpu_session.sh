@@ -12,6 +12,8 @@ set -o pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 STEPS=${*:-env tests}
+# pytest's workers spread over this machine's GPUs (tests/conftest.py)
+export FLASHTILE_TEST_GPUS=${FLASHTILE_TEST_GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 
 # Install only the carried wheels whose module is missing (never shadow the image's packages).
 missing=()
@@ -37,9 +39,10 @@ for step in $STEPS; do
       python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
       git rev-parse --short HEAD 2>/dev/null || true ;;
     alltests) # the whole suite on the GPU, in parallel processes (compiles dominate; 520 s with
-      # 16 processes cut pytest's summary off in session 18, ~1,210 tests)
+      # 16 processes cut pytest's summary off in session 18, ~1,210 tests). On a machine with
+      # several GPUs the workers spread over them (tests/conftest.py), one process per core.
       FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-560} python3 -m pytest tests -q -rfE \
-        -n ${TEST_PROCS:-16} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
+        -n ${TEST_PROCS:-$(nproc)} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
     pytest) # chosen test files and filter: PYTEST_ARGS="tests/a.py tests/b.py" PYTEST_K="dropout or rng"
       FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -rfE -p no:cacheprovider \
         -n ${TEST_PROCS:-8} ${PYTEST_ARGS:-tests/test_kernels.py} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \

@@ -7,6 +7,13 @@ import os
 # a kernel forgot to write fails the comparison instead of passing on leftover memory.
 os.environ.setdefault("FLASHTILE_POISON", "1")
 
+# FLASHTILE_TEST_GPUS=N (N > 1) spreads pytest-xdist's workers over N GPUs, worker i on GPU
+# i % N (`scripts/gpu_session.sh alltests` on a machine with several). It must be set before
+# CUDA starts, i.e. before torch is asked about GPUs below.
+_gpus, _worker = os.environ.get("FLASHTILE_TEST_GPUS", ""), os.environ.get("PYTEST_XDIST_WORKER")
+if _gpus.isdigit() and int(_gpus) > 1 and _worker and _worker.startswith("gw"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(int(_worker[2:]) % int(_gpus))
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
