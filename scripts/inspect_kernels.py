@@ -14,12 +14,12 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
     FLASHTILE_GLUON_FWD_CONFIG=64,32,4,240 python3 scripts/inspect_kernels.py --gluon --d 256
 
 ``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``,
-``kernels/dq_hopper.py``, ``kernels/bwd256_hopper.py``; configs from
-``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BWD256_CONFIG`` or their
-defaults; a backward kernel without a config for ``--d`` is skipped: d=256 compiles the
-forward and the d=256 dK/dV kernel, d=96 the forward and the dK/dV kernel in split tiles,
-without its one pass) and exits 1 if ptxas spills or warns of a performance
-loss in any (its C75xx warnings: wgmma serialised), 0 otherwise.
+``kernels/dq_hopper.py``, ``kernels/bwd256_hopper.py``, ``kernels/dq256_hopper.py``;
+configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BWD256_CONFIG``/
+``_DQ256_CONFIG`` or their defaults; a backward kernel without a config for ``--d`` is
+skipped: d=256 compiles the forward and the d=256 dK/dV and dQ kernels, d=96 the forward and
+the dK/dV kernel in split tiles, without its one pass) and exits 1 if ptxas spills or warns
+of a performance loss in any (its C75xx warnings: wgmma serialised), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -148,7 +148,8 @@ def inspect_gluon(args, dtype) -> int:
     """The Gluon forward, dK/dV (and with ``--one-pass`` the one-pass dK/dV+dQ), and dQ kernels
     at one head dim and mask; 1 if any spills or ptxas warns that it serialised the wgmmas."""
     import flashtile
-    from flashtile.kernels import bwd256_hopper, bwd_hopper, dq_hopper, fwd_hopper
+    from flashtile.kernels import (bwd256_hopper, bwd_hopper, dq256_hopper, dq_hopper,
+                                   fwd_hopper)
     sink = []
     fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
                                                  sink)
@@ -157,6 +158,7 @@ def inspect_gluon(args, dtype) -> int:
     dq_hopper._dq_hopper_kernel = GluonCapture("gluon dq", dq_hopper._dq_hopper_kernel, sink)
     bwd256_hopper._dkdv256_kernel = GluonCapture("gluon dkdv256", bwd256_hopper._dkdv256_kernel,
                                                  sink)
+    dq256_hopper._dq256_kernel = GluonCapture("gluon dq256", dq256_hopper._dq256_kernel, sink)
     heads = args.heads or 2048 // args.d
     q, k, v, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(4))
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
@@ -174,9 +176,10 @@ def inspect_gluon(args, dtype) -> int:
                             params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
-    if args.d == 256:           # (its config is d=256's alone: not noted as skipped elsewhere)
+    if args.d == 256:           # (configs of d=256 alone: not noted as skipped elsewhere)
         bwd256_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
                            params)
+        dq256_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
         sass, report = summarize(name, kernel, args.dump)

@@ -567,7 +567,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         # and how is then a function of the key, and their launches are steps of the plan
         # like any other)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), mode,
-               gluon_settings(q.device, ("bwd_hopper", "dq_hopper", "bwd256_hopper")))
+               gluon_settings(q.device, ("bwd_hopper", "dq_hopper", "bwd256_hopper",
+                                         "dq256_hopper")))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
@@ -579,8 +580,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     else:
         record = None
     # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, from the
-    # opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1), or added by the Gluon dK/dV kernel in
-    # the same pass (one pass, through TMA reductions)
+    # opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1; d=256: FLASHTILE_GLUON_DQ256=1), or added
+    # by the Gluon dK/dV kernel in the same pass (one pass, through TMA reductions)
     dense = not (varlen or need_bias_grad)
     hopper = _gluon_kernel("bwd_hopper", dout, q, k, v, params) if dense else None
     if mode == "auto":
@@ -589,8 +590,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         atomic = mode == "atomic"
     if atomic and hopper is not None and not hopper.has_one_pass(q.shape[3]):
         hopper = None       # (a forced one pass at d=96: the tile-level kernel adds dQ)
-    hopper_dq = (_gluon_kernel("dq_hopper", dout, q, k, v, params) if dense and not atomic
-                 else None)
+    hopper_dq = ((_gluon_kernel("dq_hopper", dout, q, k, v, params)
+                  or _gluon_kernel("dq256_hopper", dout, q, k, v, params))
+                 if dense and not atomic else None)
     # d=256 (FLASHTILE_GLUON_BWD256=0 turns it off): dK/dV from its own Gluon kernel, dQ in two
     # passes (a forced one pass keeps the tile-level kernel)
     hopper256 = (_gluon_kernel("bwd256_hopper", dout, q, k, v, params)

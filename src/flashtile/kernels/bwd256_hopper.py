@@ -35,7 +35,7 @@ thread. Here both consumers work on the same 64 keys and split the work instead:
 
 Shared memory: K + V 64 KB, a ring slot ``2 * BLOCK_M * 256 * 2`` B, the ``P^T``/``dS^T``
 tiles ``2 * 2 * 64 * BLOCK_M * 2`` B (:data:`_CONFIGS`). dQ comes from a second pass (the
-tile-level dQ kernel, :mod:`.bwd`). Work items are 64 keys of one (batch, KV head), one
+tile-level dQ kernel, :mod:`.bwd`; opt-in, this design transposed: :mod:`.dq256_hopper`). Work items are 64 keys of one (batch, KV head), one
 program each by default (``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: one program per SM, each
 looping over items; the next item's first (Q, dO) tiles load during this item's epilogue,
 its K and V once this item's dK and dV have left them).
@@ -160,19 +160,23 @@ def _store_half(dk, dv, k_smem, v_smem, dk_desc, dv_desc, kv_empty, kv_row0, kv_
                 HALF: gl.constexpr):
     """A consumer's column half ``HALF`` of dK (already scaled) and dV through the same half
     of the K and V tiles (no product reads them any more) by TMA; K and V are handed back to
-    the loader once both halves have left."""
+    the loader once both halves have left. (The d=256 dQ kernel, :mod:`.dq256_hopper`, writes
+    a half of dQ alone: ``dv``, ``v_smem``, ``dv_desc`` and ``kv_empty`` None.)"""
     HALF_D: gl.constexpr = dk_desc.block_type.shape[1]
     k_half = k_smem.slice(HALF * HALF_D, HALF_D, dim=1)
-    v_half = v_smem.slice(HALF * HALF_D, HALF_D, dim=1)
     k_half.store(dk.to(dk_desc.dtype))
-    v_half.store(dv.to(dv_desc.dtype))
+    if dv is not None:
+        v_half = v_smem.slice(HALF * HALF_D, HALF_D, dim=1)
+        v_half.store(dv.to(dv_desc.dtype))
     fence_async_shared()
     gl.thread_barrier()         # (every thread's part stored before the one issue)
     tma.async_copy_shared_to_global(dk_desc, [kv_row0, kv_col + HALF * HALF_D], k_half)
-    tma.async_copy_shared_to_global(dv_desc, [kv_row0, kv_col + HALF * HALF_D], v_half)
+    if dv is not None:
+        tma.async_copy_shared_to_global(dv_desc, [kv_row0, kv_col + HALF * HALF_D], v_half)
     tma.store_wait(0)
-    gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
-    mbarrier.arrive(kv_empty, count=1)
+    if kv_empty is not None:
+        gl.thread_barrier()     # (the wait is the issuing thread's: all others wait for it)
+        mbarrier.arrive(kv_empty, count=1)
 
 
 @gluon.jit

@@ -93,12 +93,14 @@ def env_forced(name: str) -> bool | None:
 # forward is on where it measured ahead ("auto": d=128, and d=64 without the causal mask,
 # session 11; d=96 and d=256, session 19);
 # dQ is opt-in (no net gain, session 10); the d=256 dK/dV kernel is on (0.57-0.61x the
-# tile-level backward's time, session 19).
+# tile-level backward's time, session 19); the d=256 dQ kernel is opt-in (unmeasured).
 GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON_FWD_CONFIG"),
                   "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1", "FLASHTILE_GLUON_BWD_CONFIG"),
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG"),
                   "bwd256_hopper": ("FLASHTILE_GLUON_BWD256", "1",
-                                    "FLASHTILE_GLUON_BWD256_CONFIG")}
+                                    "FLASHTILE_GLUON_BWD256_CONFIG"),
+                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256", "0",
+                                   "FLASHTILE_GLUON_DQ256_CONFIG")}
 
 
 # Further variables a Gluon kernel's launch reads (for plan keys): the grids, the causal
@@ -108,7 +110,8 @@ GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE"),
                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
-                                   "FLASHTILE_GLUON_BWD256_GROUP")}
+                                   "FLASHTILE_GLUON_BWD256_GROUP"),
+                 "dq256_hopper": ("FLASHTILE_GLUON_DQ256_GROUP",)}
 
 
 def gluon_switch(module: str) -> str:

@@ -1,0 +1,279 @@
+"""The d=256 Gluon dQ kernel for Hopper (:mod:`flashtile.kernels.dq256_hopper`): its config,
+cover, switch and launch (CPU: the launch captured, not made), and the gradients against the
+float64 reference (GPU, sm_90 only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_bwd256_hopper import flash_params, qkv
+from test_kernels import check
+from utils import (FLOOR, assert_within_budget, count_calls, gluon_cases_over, gluon_launches,
+                   gluon_switched_on, needs_hopper)
+
+from flashtile import attention_reference, flash_attn_func
+from flashtile.kernels import bwd256_hopper, common, dq256_hopper, fwd_hopper, plans
+
+SWITCH = "FLASHTILE_GLUON_DQ256"
+CONFIG = "FLASHTILE_GLUON_DQ256_CONFIG"
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """Turns the (opt-in) d=256 Gluon dQ kernel on, with dQ in two passes, and counts its
+    launches (the real one runs)."""
+    monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
+    monkeypatch.delenv(CONFIG, raising=False)
+    yield from gluon_switched_on(monkeypatch, SWITCH, dq256_hopper, "dq")
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU: config, switch, cover, launch
+
+
+def test_config_and_its_override(monkeypatch):
+    """64 query rows x 64 keys x 2 slots by default; ``FLASHTILE_GLUON_DQ256_CONFIG``
+    overrides it, and refuses what the kernel cannot run (rows other than 64: 128 spill;
+    keys other than 32 or 64; fewer than 2 slots)."""
+    monkeypatch.delenv(CONFIG, raising=False)
+    assert dq256_hopper.config(256) == (64, 64, 2, 240)
+    monkeypatch.setenv(CONFIG, "64,32,4,240")
+    assert dq256_hopper.config(256) == (64, 32, 4, 240)
+    for bad in ("128,32,2,240", "64,128,2,240", "64,64,1,240", "64,16,4,240"):
+        monkeypatch.setenv(CONFIG, bad)
+        with pytest.raises(ValueError, match="64 query rows"):
+            dq256_hopper.config(256)
+
+
+def test_switch_is_off_by_default_and_in_the_plan_key(monkeypatch):
+    """Off unless ``FLASHTILE_GLUON_DQ256=1`` (not measured yet); its switch, config and
+    causal-order option are part of the backward's plan key (read as on sm_90 here)."""
+    monkeypatch.delenv(SWITCH, raising=False)
+    assert not dq256_hopper.enabled()
+    assert common.GLUON_SWITCHES["dq256_hopper"] == (SWITCH, "0", CONFIG)
+    monkeypatch.setattr(common, "is_sm90", lambda device: True)
+    modules = ("bwd256_hopper", "dq256_hopper")
+    off = common.gluon_settings(torch.device("cpu"), modules)
+    monkeypatch.setenv(SWITCH, "1")
+    assert dq256_hopper.enabled()
+    on = common.gluon_settings(torch.device("cpu"), modules)
+    assert off != on
+    monkeypatch.setenv(CONFIG, "64,32,4,240")
+    assert common.gluon_settings(torch.device("cpu"), modules) != on
+    monkeypatch.delenv(CONFIG)
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ256_GROUP", "1")
+    assert common.gluon_settings(torch.device("cpu"), modules) != on
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("dense", True), ("causal", True), ("gqa-mqa", True), ("fp16", True), ("switched-off", False),
+    ("d128", False), ("dv128", False), ("fp32", False), ("ragged-queries", False),
+    ("ragged-keys", False), ("causal-sq-ne-sk", False), ("softcap", False),
+    ("dout-dtype", False), ("bhsd-layout", False)])
+def test_cover(monkeypatch, case, expected):
+    """Which calls the kernel takes (the device read as sm_90): bwd256_hopper's cover, with
+    lengths in whole tiles (64 queries, 64 keys), and only when switched on."""
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    monkeypatch.setenv(SWITCH, "1")
+    monkeypatch.delenv(CONFIG, raising=False)
+    shape, causal, softcap = {}, case == "causal", 0.0
+    if case == "switched-off":
+        monkeypatch.setenv(SWITCH, "0")
+    elif case == "gqa-mqa":
+        shape = dict(hq=8, hkv=1)
+    elif case == "fp16":
+        shape = dict(dtype=torch.float16)
+    elif case == "d128":
+        shape = dict(d=128)
+    elif case == "fp32":
+        shape = dict(dtype=torch.float32)
+    elif case == "ragged-queries":
+        shape = dict(sq=512 + 32)
+    elif case == "ragged-keys":
+        shape = dict(sk=512 + 32)
+    elif case == "causal-sq-ne-sk":
+        shape, causal = dict(sk=768), True
+    elif case == "softcap":
+        softcap = 20.0
+    q, k, v = qkv(**shape)
+    if case == "dv128":
+        v = v[..., :128].contiguous()
+    dout = q.clone()
+    if case == "dout-dtype":
+        dout = q.half()
+    elif case == "bhsd-layout":
+        dout = torch.randn(1, 4, 512, 256, dtype=q.dtype).transpose(1, 2)
+    params = flash_params(q, k, v, causal, softcap)
+    assert dq256_hopper.supports(dout, q, k, v, params) == expected
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD256", "1")
+    if case != "switched-off":      # (the same cover as the d=256 dK/dV kernel's)
+        assert bwd256_hopper.supports(dout, q, k, v, params) == expected
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_launch(monkeypatch, causal):
+    """One launch, one program per 64 query rows of each (batch, query head); the default
+    config's tiles; causal orders in chunks of 8 query tiles. Runs on the CPU: the launch is
+    captured, not made."""
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_DQ256_GROUP", raising=False)
+    monkeypatch.delenv(CONFIG, raising=False)
+    q, k, v = qkv(b=2, sq=4096, hq=8, hkv=2)
+    lse = dsum = torch.zeros(2, 8, 4096)
+    dq256_hopper.dq(q, k, v, q.clone(), lse, dsum, torch.empty_like(q),
+                    flash_params(q, k, v, causal))
+    ((role, grid, meta),) = seen
+    assert role == "dq" and grid == (2 * 8 * 4096 // 64,)
+    assert (meta["BLOCK_M"], meta["BLOCK_N"], meta["HEAD_D"], meta["NUM_STAGES"]) == \
+        (64, 64, 256, 2)
+    assert meta["CAUSAL"] == causal and meta["GROUP"] == (8 if causal else 1)
+
+
+def test_backward_dispatch(monkeypatch):
+    """:func:`.bwd.backward` sends a covered call's dQ to this kernel in two passes (a
+    stand-in writes dQ; the tile-level dK/dV kernel runs, interpreted on the CPU), and not
+    in a forced one pass."""
+    import flashtile
+    from flashtile.kernels import bwd
+    if not common.interpreting():
+        pytest.skip("the CPU run of the tile-level dK/dV kernel needs Triton's interpreter")
+    calls = []
+
+    class Stand:
+        @staticmethod
+        def dq(q, k, v, dout, lse, dsum, dq, params, record=None):
+            calls.append(record)
+            dq.zero_()
+
+    monkeypatch.setattr(bwd, "_gluon_kernel",
+                        lambda module, *args: Stand if module == "dq256_hopper" else None)
+    flashtile.set_backend("triton")
+    try:
+        q, k, v = (torch.randn(1, 16, 1, 16, requires_grad=True) for _ in range(3))
+        out = flash_attn_func(q, k, v)
+        for mode in ("two-pass", "atomic"):
+            monkeypatch.setenv("FLASHTILE_BWD_DQ", mode)
+            dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out),
+                                             retain_graph=True)
+            assert bwd.last_dq_pass == mode
+            assert len(calls) == 1          # (the forced one pass did not call it)
+            assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
+            assert (dq == 0).all() == (mode == "two-pass")
+    finally:
+        flashtile.set_backend(None)
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU (sm_90): gradients against the float64 reference
+
+
+def assert_ran(calls: list, n: int = 1) -> None:
+    """The kernel ran ``n`` times and the last backward's dQ launch was its own."""
+    assert len(calls) == n, f"the d=256 Gluon dQ kernel ran {len(calls)} times, not {n}"
+    assert plans.gluon_configs["dq"].startswith("gluon d256"), plans.gluon_configs
+
+
+# (b, s, hq, hkv, d): two query tiles per head; GQA with two heads per KV head over two
+# batches; MQA with 16 query tiles per head (causal items of 16 key tiles down to 1)
+SHAPES = [(1, 128, 2, 2, 256), (2, 512, 4, 2, 256), (1, 1024, 4, 1, 256)]
+
+
+@gluon_cases_over(SHAPES)
+def test_gradients(gluon_calls, monkeypatch, shape, causal, dtype):
+    """dQ (and dK, dV, the forward's outputs) within budget of the float64 reference, dK/dV
+    from the d=256 Gluon dK/dV kernel (its default)."""
+    dkdv_calls = count_calls(monkeypatch, bwd256_hopper, "dkdv")
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert_ran(gluon_calls)
+    assert len(dkdv_calls) == 1
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("config", ["64,32,4,240", "64,32,3,240", "64,32,2,240"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_other_configs(gluon_calls, monkeypatch, config, causal):
+    """The configs that compile clean offline besides the default (32 keys per tile with
+    four, three and two slots): gradients within budget."""
+    monkeypatch.setenv(CONFIG, config)
+    check(2, 512, 512, 4, 2, 256, 256, torch.bfloat16, causal=causal)
+    assert_ran(gluon_calls)
+    assert plans.gluon_configs["dq"].endswith("64x{}/{}s".format(*config.split(",")[1:3]))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("group", ["1", "3"])
+def test_causal_orders(gluon_calls, monkeypatch, group):
+    """Causal orders in chunks of 1 and 3 query tiles (``FLASHTILE_GLUON_DQ256_GROUP``; 16
+    tiles per head: a short last chunk): every item walked once."""
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ256_GROUP", group)
+    check(1, 1024, 1024, 4, 2, 256, 256, torch.bfloat16, causal=True)
+    assert_ran(gluon_calls)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_with_the_tile_level_dkdv_and_a_scale(gluon_calls, monkeypatch):
+    """dK/dV from the tile-level kernel (``FLASHTILE_GLUON_BWD256=0``), the Gluon forward,
+    a softmax scale other than the default."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD256", "0")
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    check(2, 512, 512, 4, 2, 256, 256, torch.float16, causal=True, scale=0.3)
+    assert_ran(gluon_calls)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
+    """A backward replayed from its launch plan launches this kernel afresh with the call's
+    pointers: every replay's gradients equal the first call's, and within budget."""
+    from flashtile.kernels import bwd
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    q, k, v = (torch.randn(1, 512, h, 256, dtype=torch.bfloat16, device="cuda")
+               for h in (4, 2, 2))
+    dout = torch.randn(1, 512, 4, 256, dtype=torch.bfloat16, device="cuda")
+    params = flash_params(q, k, v, causal=True)
+
+    def grads(dt=None):
+        ins = [t.detach().to(dt or t.dtype).requires_grad_() for t in (q, k, v)]
+        if dt is None:
+            out = flash_attn_func(*ins, causal=True)
+        else:
+            out = attention_reference(*ins, params, dtype=dt)[0]
+        return torch.autograd.grad(out, ins, dout.to(out.dtype))
+
+    before = len(bwd._PLANS)
+    runs = [grads() for _ in range(3)]
+    assert len(bwd._PLANS) == before + 1, "the first backward should have recorded one plan"
+    assert_ran(gluon_calls)     # (once: the later calls replayed the plan)
+    ref, same = grads(torch.float64), grads(torch.bfloat16)
+    for later in runs[1:]:
+        for name, a, b in zip(("dq", "dk", "dv"), later, runs[0]):
+            assert torch.equal(a, b), f"{name} of a replayed call differs from the first"
+    for name, g, r, s in zip(("dq", "dk", "dv"), runs[0], ref, same):
+        assert_within_budget(name, g, r, s, FLOOR[g.dtype] * (4 if name != "dv" else 1))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("case", ["switched-off", "ragged-length", "bhsd-layout", "atomic-dq",
+                                  "d128"])
+def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
+    """Calls outside the kernel's cover (or with it switched off, or a forced one pass) run
+    the tile-level dQ kernel, still within budget."""
+    b, sq, sk, hq, hkv, d = 1, 512, 512, 4, 2, 256
+    kwargs = {}
+    if case == "switched-off":
+        monkeypatch.setenv(SWITCH, "0")
+    elif case == "ragged-length":
+        sq = sk = 300
+    elif case == "bhsd-layout":
+        kwargs = dict(strided=True)
+    elif case == "atomic-dq":
+        monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    elif case == "d128":
+        d = 128
+    check(b, sq, sk, hq, hkv, d, d, torch.bfloat16, **kwargs)
+    assert gluon_calls == []
