@@ -45,18 +45,18 @@ def test_config_and_its_override(monkeypatch):
             dq256_hopper.config(256)
 
 
-def test_switch_is_off_by_default_and_in_the_plan_key(monkeypatch):
-    """Off unless ``FLASHTILE_GLUON_DQ256=1`` (not measured yet); its switch, config and
-    causal-order option are part of the backward's plan key (read as on sm_90 here)."""
+def test_switch_is_on_by_default_and_in_the_plan_key(monkeypatch):
+    """On unless ``FLASHTILE_GLUON_DQ256=0`` (measured ahead, session 20); its switch, config
+    and causal-order option are part of the backward's plan key (read as on sm_90 here)."""
     monkeypatch.delenv(SWITCH, raising=False)
-    assert not dq256_hopper.enabled()
-    assert common.GLUON_SWITCHES["dq256_hopper"] == (SWITCH, "0", CONFIG)
+    assert dq256_hopper.enabled()
+    assert common.GLUON_SWITCHES["dq256_hopper"] == (SWITCH, "1", CONFIG)
     monkeypatch.setattr(common, "is_sm90", lambda device: True)
     modules = ("bwd256_hopper", "dq256_hopper")
-    off = common.gluon_settings(torch.device("cpu"), modules)
-    monkeypatch.setenv(SWITCH, "1")
-    assert dq256_hopper.enabled()
     on = common.gluon_settings(torch.device("cpu"), modules)
+    monkeypatch.setenv(SWITCH, "0")
+    assert not dq256_hopper.enabled()
+    off = common.gluon_settings(torch.device("cpu"), modules)
     assert off != on
     monkeypatch.setenv(CONFIG, "64,32,4,240")
     assert common.gluon_settings(torch.device("cpu"), modules) != on

@@ -89,17 +89,18 @@ def env_forced(name: str) -> bool | None:
 
 # The Gluon kernels for sm_90 (modules of this package): their switch, its default, and the
 # variable that overrides their config (sweeps). The dK/dV kernel is on by default (faster
-# than the tile-level one, docs/perf.md session 10; at d=96, in split tiles, unmeasured); the
+# than the tile-level one, docs/perf.md session 10; at d=96, in split tiles, session 20); the
 # forward is on where it measured ahead ("auto": d=128, and d=64 without the causal mask,
 # session 11; d=96 and d=256, session 19);
 # dQ is opt-in (no net gain, session 10); the d=256 dK/dV kernel is on (0.57-0.61x the
-# tile-level backward's time, session 19); the d=256 dQ kernel is opt-in (unmeasured).
+# tile-level backward's time, session 19), and so is the d=256 dQ kernel (forward+backward
+# +4% to +10% over the tile-level dQ pass, session 20, one round).
 GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON_FWD_CONFIG"),
                   "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1", "FLASHTILE_GLUON_BWD_CONFIG"),
                   "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG"),
                   "bwd256_hopper": ("FLASHTILE_GLUON_BWD256", "1",
                                     "FLASHTILE_GLUON_BWD256_CONFIG"),
-                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256", "0",
+                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256", "1",
                                    "FLASHTILE_GLUON_DQ256_CONFIG")}
 
 

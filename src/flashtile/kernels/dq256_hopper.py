@@ -50,9 +50,12 @@ backward picks a dQ module by the interface of :mod:`.dq_hopper` (``supports``, 
 shared pieces come from :mod:`.bwd256_hopper` and :mod:`.fwd_hopper`.
 
 Cover: that of :mod:`.bwd256_hopper` (:func:`.fwd_hopper.covers` at d=256,
-:func:`.fwd_hopper.gradient_tiles_fit`), dQ in two passes. Opt-in
-(``FLASHTILE_GLUON_DQ256=1``) until measured against the tile-level dQ kernel (:mod:`.bwd`,
-128x32 / 8 warps / 2 stages at d=256), which runs otherwise.
+:func:`.fwd_hopper.gradient_tiles_fit`), dQ in two passes. On by default on sm_90
+(``FLASHTILE_GLUON_DQ256=0`` runs the tile-level dQ kernel, :mod:`.bwd`, 128x32 / 8 warps /
+2 stages at d=256): on the H200 (docs/perf.md, session 20; one round, bf16, 16k tokens, the
+same run as cuDNN) forward+backward went from 404 / 398 to 438 / 419 TFLOP/s unmasked at
+4k / 16k (+8% / +5%) and from 353 / 398 to 389 / 414 causal (+10% / +4%); the 32-key x 4-slot
+config gained less (+2% to +6%).
 """
 from __future__ import annotations
 
@@ -75,7 +78,9 @@ from .common import gluon_switch_on
 # The default follows the brief and bwd256's measurement (its 64-query x 2-slot ring beat
 # 32 x 4, where K's part is Q's): with two slots K_{j+1} loads only once tile j-1's dQ
 # products are done, so S_{j+1} may wait for it each tile; 32 keys x 3/4 slots do not, but
-# run S and dP as m64n32 wgmmas. To be swept on the GPU.
+# run S and dP as m64n32 wgmmas. On the H200 (session 20, one round) 32 keys x 4 slots was
+# behind the default at all four points (4k/16k, causal or not: 2-6% less over the
+# tile-level dQ pass than the default's 4-10%).
 # Tried and rejected offline: consumer 1 with its dQ_1 and next dP in flight across the
 # loop's back edge (waited for at the top of the next tile: C7511, every wgmma serialised,
 # even with every wgmma waited for at once).
@@ -295,8 +300,7 @@ def config(d: int) -> tuple[int, int, int, int]:
 
 
 def enabled() -> bool:
-    """Opt-in (``FLASHTILE_GLUON_DQ256=1``) until measured ahead of the tile-level dQ kernel,
-    which runs otherwise."""
+    """On unless ``FLASHTILE_GLUON_DQ256=0`` (then the tile-level dQ kernel runs)."""
     return gluon_switch_on("dq256_hopper")
 
 
