@@ -12,7 +12,7 @@ from utils import (FLOOR, assert_within_budget, check_persistent, gluon_cases_ov
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd256_hopper, common, fwd_hopper, plans
+from flashtile.kernels import bwd256_hopper, common, dq256_hopper, fwd_hopper, plans
 
 SWITCH = "FLASHTILE_GLUON_BWD256"
 
@@ -78,16 +78,21 @@ def test_switch_is_on_by_default_and_in_the_plan_key(monkeypatch):
     ("d128", False), ("dv128", False), ("fp32", False), ("ragged-queries", False),
     ("ragged-keys", False), ("causal-sq-ne-sk", False), ("softcap", False),
     ("dout-dtype", False), ("bhsd-layout", False)])
-def test_cover(monkeypatch, case, expected):
-    """Which calls the kernel takes (the device read as sm_90, so this runs on the CPU):
-    fp16/bf16 d=256 dense calls with lengths in whole tiles (64 queries, 64 keys), causal
-    only with sq = sk, q/k/v/dout that TMA can read, and only when switched on."""
+@pytest.mark.parametrize("module,switch", [(bwd256_hopper, SWITCH),
+                                           (dq256_hopper, "FLASHTILE_GLUON_DQ256")],
+                         ids=["dkdv", "dq"])
+def test_cover(monkeypatch, case, expected, module, switch):
+    """Which calls the d=256 kernels take, the dK/dV kernel and the dQ kernel alike (the
+    device read as sm_90, so this runs on the CPU): fp16/bf16 d=256 dense calls with lengths
+    in whole tiles (64 queries, 64 keys), causal only with sq = sk, q/k/v/dout that TMA can
+    read, and only when switched on."""
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
-    monkeypatch.setenv(SWITCH, "1")
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD256_CONFIG", raising=False)
+    monkeypatch.setenv(switch, "1")
+    for name in ("FLASHTILE_GLUON_BWD256_CONFIG", "FLASHTILE_GLUON_DQ256_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
     shape, causal, softcap = {}, case == "causal", 0.0
     if case == "switched-off":
-        monkeypatch.setenv(SWITCH, "0")
+        monkeypatch.setenv(switch, "0")
     elif case == "gqa-mqa":
         shape = dict(hq=8, hkv=1)
     elif case == "fp16":
@@ -113,7 +118,7 @@ def test_cover(monkeypatch, case, expected):
     elif case == "bhsd-layout":
         dout = torch.randn(1, 4, 512, 256, dtype=q.dtype).transpose(1, 2)
     params = flash_params(q, k, v, causal, softcap)
-    assert bwd256_hopper.supports(dout, q, k, v, params) == expected
+    assert module.supports(dout, q, k, v, params) == expected
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-per-item", "one-per-sm"])

@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import (FLOOR, assert_replays_match, assert_within_budget, check_causal_groups,
-                   check_persistent, gluon_cases_over, gluon_launches, gluon_switched_on,
-                   needs_hopper)
+from utils import (FLOOR, assert_replays_match, assert_split_descriptors, assert_within_budget,
+                   check_causal_groups, check_persistent, gluon_cases_over, gluon_launches,
+                   gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -127,12 +127,7 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
             (q, (32, 32)), (k, (64, 32)), (v, (64, 32)), (dout, (32, 32)), (dk, (64, 32)),
             (dv, (64, 32))]
         assert args[0] is lse, "no None in place of a second-part descriptor"
-        for t, tile in tiles:
-            desc = make_descriptor(t, tile)
-            assert list(desc.block_shape) == list(tile)
-            assert list(desc.shape) == [t.shape[0] * t.shape[1], t.shape[2] * 96]
-            assert desc.base.data_ptr() == t.data_ptr()
-            assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
+        assert_split_descriptors(tiles, make_descriptor)
         with pytest.raises(ValueError, match="no one pass at d=96"):
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params,
                             dq_acc=torch.zeros(2, 1024, 3, 96))

@@ -12,7 +12,7 @@ from utils import (FLOOR, assert_within_budget, count_calls, gluon_cases_over, g
                    gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
-from flashtile.kernels import bwd256_hopper, common, dq256_hopper, fwd_hopper, plans
+from flashtile.kernels import bwd256_hopper, common, dq256_hopper, plans
 
 SWITCH = "FLASHTILE_GLUON_DQ256"
 CONFIG = "FLASHTILE_GLUON_DQ256_CONFIG"
@@ -65,49 +65,7 @@ def test_switch_is_on_by_default_and_in_the_plan_key(monkeypatch):
     assert common.gluon_settings(torch.device("cpu"), modules) != on
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("dense", True), ("causal", True), ("gqa-mqa", True), ("fp16", True), ("switched-off", False),
-    ("d128", False), ("dv128", False), ("fp32", False), ("ragged-queries", False),
-    ("ragged-keys", False), ("causal-sq-ne-sk", False), ("softcap", False),
-    ("dout-dtype", False), ("bhsd-layout", False)])
-def test_cover(monkeypatch, case, expected):
-    """Which calls the kernel takes (the device read as sm_90): bwd256_hopper's cover, with
-    lengths in whole tiles (64 queries, 64 keys), and only when switched on."""
-    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
-    monkeypatch.setenv(SWITCH, "1")
-    monkeypatch.delenv(CONFIG, raising=False)
-    shape, causal, softcap = {}, case == "causal", 0.0
-    if case == "switched-off":
-        monkeypatch.setenv(SWITCH, "0")
-    elif case == "gqa-mqa":
-        shape = dict(hq=8, hkv=1)
-    elif case == "fp16":
-        shape = dict(dtype=torch.float16)
-    elif case == "d128":
-        shape = dict(d=128)
-    elif case == "fp32":
-        shape = dict(dtype=torch.float32)
-    elif case == "ragged-queries":
-        shape = dict(sq=512 + 32)
-    elif case == "ragged-keys":
-        shape = dict(sk=512 + 32)
-    elif case == "causal-sq-ne-sk":
-        shape, causal = dict(sk=768), True
-    elif case == "softcap":
-        softcap = 20.0
-    q, k, v = qkv(**shape)
-    if case == "dv128":
-        v = v[..., :128].contiguous()
-    dout = q.clone()
-    if case == "dout-dtype":
-        dout = q.half()
-    elif case == "bhsd-layout":
-        dout = torch.randn(1, 4, 512, 256, dtype=q.dtype).transpose(1, 2)
-    params = flash_params(q, k, v, causal, softcap)
-    assert dq256_hopper.supports(dout, q, k, v, params) == expected
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD256", "1")
-    if case != "switched-off":      # (the same cover as the d=256 dK/dV kernel's)
-        assert bwd256_hopper.supports(dout, q, k, v, params) == expected
+# (The cover: tests/test_bwd256_hopper.py::test_cover, the same for both d=256 kernels.)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

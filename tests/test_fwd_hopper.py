@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 from test_kernels import check
-from utils import (check_causal_groups, check_persistent, count_calls, gluon_cases,
+from utils import (assert_split_descriptors, check_causal_groups, check_persistent, count_calls,
+                   gluon_cases,
                    gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
@@ -367,12 +368,7 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
             (q, (64, 64)), (k, (128, 64)), (v, (128, 64)), (out, (64, 64)),
             (q, (64, 32)), (k, (128, 32)), (v, (128, 32)), (out, (64, 32))]
         assert isinstance(args[0], torch.Tensor), "no None in place of a second descriptor"
-        for t, tile in tiles:
-            desc = make_descriptor(t, tile)
-            assert list(desc.block_shape) == list(tile)
-            assert list(desc.shape) == [t.shape[0] * t.shape[1], t.shape[2] * 96]
-            assert desc.base.data_ptr() == t.data_ptr()
-            assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
+        assert_split_descriptors(tiles, make_descriptor)
     for sk, runs in ((1024, True), (960, False), (1000, False)):    # 128-key tiles only
         kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
         params, _ = _flash_params(q, kk, kk, 0.0, None, False, (-1, -1), 0.0, None, False)

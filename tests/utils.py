@@ -111,6 +111,18 @@ def gluon_launches(monkeypatch, run: bool = True) -> list:
     return seen
 
 
+def assert_split_descriptors(tiles, make_descriptor, d: int = 96) -> None:
+    """A launch's TMA descriptors over head dim ``d`` in parts (d=96: 64 + 32 columns): each
+    ``(tensor, tile)`` gets a descriptor with the tile as its block, over the tensor's
+    ``(b * s, h * d)`` folded view at its own address, swizzled by the tile's row bytes."""
+    for t, tile in tiles:
+        desc = make_descriptor(t, tile)
+        assert list(desc.block_shape) == list(tile)
+        assert list(desc.shape) == [t.shape[0] * t.shape[1], t.shape[2] * d]
+        assert desc.base.data_ptr() == t.data_ptr()
+        assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
+
+
 def check_persistent(monkeypatch, variable: str, role: str, shape, n_work: int, causal: bool,
                      dtype, calls: list) -> None:
     """A Gluon kernel (``role``) with its persistent grid (``variable=1``): launched once, on
