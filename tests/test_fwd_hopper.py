@@ -11,8 +11,8 @@ import pytest
 import torch
 from test_kernels import check
 from utils import (assert_split_descriptors, check_causal_groups, check_persistent, count_calls,
-                   gluon_cases,
-                   gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
+                   gluon_cases, gluon_cases_over, gluon_launches, gluon_switched_on,
+                   needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd256_hopper, bwd_hopper, dq_hopper, fwd_hopper
