@@ -579,9 +579,10 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
         record = plans.Recorder()
     else:
         record = None
-    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, from the
-    # opt-in Gluon dQ kernel (FLASHTILE_GLUON_DQ=1; d=256: FLASHTILE_GLUON_DQ256=1), or added
-    # by the Gluon dK/dV kernel in the same pass (one pass, through TMA reductions)
+    # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, from a
+    # Gluon dQ kernel (d=64/128: opt-in, FLASHTILE_GLUON_DQ=1; d=256: on, FLASHTILE_GLUON_DQ256=0
+    # turns it off), or added by the Gluon dK/dV kernel in the same pass (one pass, through TMA
+    # reductions)
     dense = not (varlen or need_bias_grad)
     hopper = _gluon_kernel("bwd_hopper", dout, q, k, v, params) if dense else None
     if mode == "auto":

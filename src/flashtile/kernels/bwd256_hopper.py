@@ -34,9 +34,10 @@ thread. Here both consumers work on the same 64 keys and split the work instead:
   in column half ``h`` of the K and V tiles and writes them by TMA.
 
 Shared memory: K + V 64 KB, a ring slot ``2 * BLOCK_M * 256 * 2`` B, the ``P^T``/``dS^T``
-tiles ``2 * 2 * 64 * BLOCK_M * 2`` B (:data:`_CONFIGS`). dQ comes from a second pass (the
-tile-level dQ kernel, :mod:`.bwd`; opt-in, this design transposed: :mod:`.dq256_hopper`). Work items are 64 keys of one (batch, KV head), one
-program each by default (``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: one program per SM, each
+tiles ``2 * 2 * 64 * BLOCK_M * 2`` B (:data:`_CONFIGS`). dQ comes from a second pass: this
+design transposed, :mod:`.dq256_hopper` (``FLASHTILE_GLUON_DQ256=0``: the tile-level dQ
+kernel, :mod:`.bwd`). Work items are 64 keys of one (batch, KV head), one program each by
+default (``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: one program per SM, each
 looping over items; the next item's first (Q, dO) tiles load during this item's epilogue,
 its K and V once this item's dK and dV have left them).
 
