@@ -17,8 +17,8 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
 ``kernels/dq_hopper.py``, ``kernels/bwd256_hopper.py``, ``kernels/dq256_hopper.py``;
 configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BWD256_CONFIG``/
 ``_DQ256_CONFIG`` or their defaults; a backward kernel without a config for ``--d`` is
-skipped: d=256 compiles the forward and the d=256 dK/dV and dQ kernels, d=96 the forward and
-the dK/dV kernel in split tiles, without its one pass) and exits 1 if ptxas spills or warns
+skipped: d=256 compiles the forward and the d=256 dK/dV and dQ kernels, d=96 the forward, the
+dK/dV kernel (without its one pass) and the dQ kernel in split tiles) and exits 1 if ptxas spills or warns
 of a performance loss in any (its C75xx warnings: wgmma serialised), 0 otherwise.
 """
 
@@ -135,7 +135,7 @@ class GluonCapture:
 def has_config(module, d: int) -> bool:
     """Whether the Gluon kernel ``module`` has a config for head dim d (its own, or one given
     by its ``FLASHTILE_GLUON_*_CONFIG`` override); if not, it is skipped, with a note
-    (bwd_hopper covers d 64/96/128, dq_hopper d 64/128, bwd256_hopper d=256 alone)."""
+    (bwd_hopper and dq_hopper cover d 64/96/128, bwd256_hopper d=256 alone)."""
     try:
         module.config(d)
     except KeyError:

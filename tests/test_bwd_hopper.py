@@ -89,8 +89,8 @@ def test_head_dim_96_config_and_rules(monkeypatch):
 
 
 def test_head_dim_96_runs_in_split_tiles(monkeypatch):
-    """d=96 (switched on, on a stubbed sm_90 device): the dK/dV kernel covers it, the Gluon dQ
-    kernel does not; the launch splits the head dim into 64 + 32 columns: thirteen TMA
+    """d=96 (switched on, on a stubbed sm_90 device): the dK/dV kernel covers it (and the Gluon
+    dQ kernel, tests/test_dq_hopper.py); the launch splits the head dim into 64 + 32 columns: thirteen TMA
     descriptors (q, k, v, dout, dk, dv for columns 0:64, the dQ stand-in, then the six for
     64:96), all over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 32 for
     q/dout, 64 for k/v/dk/dv), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``, two
@@ -111,7 +111,7 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
     for causal in (False, True):
         params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
         assert bwd_hopper.supports(dout, q, k, v, params)
-        assert not dq_hopper.supports(dout, q, k, v, params)
+        assert dq_hopper.supports(dout, q, k, v, params)
         assert bwd_hopper.call_one_pass(q, k, params) == "two-pass"
         dk, dv = torch.empty_like(k), torch.empty_like(v)
         bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params)

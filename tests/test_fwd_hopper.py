@@ -335,9 +335,9 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
     64 + 32 columns: eight TMA descriptors (q, k, v, out for columns 0:64, then for 64:96), all
     over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 64 for q/out, 128
     for k/v), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``. The other head dims pass
-    four descriptors and None for the second part's. The Gluon dK/dV kernel covers d=96 too
-    (split likewise, tests/test_bwd_hopper.py), the Gluon dQ kernel does not, even switched
-    on. The device is stubbed as an sm_90 GPU; the launch is captured, not made."""
+    four descriptors and None for the second part's. The Gluon dK/dV and dQ kernels cover
+    d=96 too (split likewise, tests/test_bwd_hopper.py, tests/test_dq_hopper.py; dQ switched
+    on). The device is stubbed as an sm_90 GPU; the launch is captured, not made."""
     from flashtile.kernels import plans
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     for variable in ("FLASHTILE_GLUON_FWD", "FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
@@ -356,7 +356,7 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
         assert fwd_hopper.supports(q, k, v, params)
         assert fwd_hopper.config(96, 1024, causal) == (64, 128, 2, 240)
         assert bwd_hopper.supports(q, q, k, v, params)
-        assert not dq_hopper.supports(q, q, k, v, params)
+        assert dq_hopper.supports(q, q, k, v, params)
         out = torch.empty_like(q)
         fwd_hopper.forward(q, k, v, params, out, torch.empty(2, 3, 1024))
         (_, _, _, tiles, args, meta, make_descriptor, role, _), = launches

@@ -16,7 +16,7 @@ states it, as :mod:`.bwd_hopper` does for dK/dV, with the roles of queries and k
   tile that the dQ product reads. As a register A operand (the dK/dV kernel's way) ptxas
   serialised every wgmma of this kernel (C7512 at 128 keys per tile; C7511 at 64 or 32 keys,
   with dS in registers or in shared memory); with dS in shared memory and 128 keys per tile
-  it keeps them asynchronous (one wait per tile) at both head dims and masks;
+  it keeps them asynchronous (one wait per tile) at every head dim and mask;
 - **causal**: a CTA visits the key tiles up to its last query row, its heaviest (last) query
   tiles first; a consumer masks keys past its rows in the tiles that reach them and only
   releases the tiles past its own last row (the other consumer's diagonal) without reading them.
@@ -25,15 +25,28 @@ Each consumer issues the next tile's S and dP right after this tile's dQ product
 for all three once per tile: ptxas serialises every wgmma of a stage in which ordinary
 instructions touch an accumulator still in flight (see :mod:`.fwd_hopper`).
 
-The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 128}, lengths that are
-multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ mode,
-no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
+d=96 (the tile-level dQ kernel pads it to 128: a quarter of its MACs wasted): as in the
+forward and the dK/dV kernel (:func:`.fwd_hopper.head_parts`), the head dim runs as two parts
+of 64 and 32 columns (the kernel's ``HEAD_D``, ``HEAD_D2``), each with shared tiles and TMA
+descriptors of its own (Q, dO, K, V; dQ leaves per part through Q's tiles): S and dP each
+chain two wgmma through the accumulator, and dQ is a 64-column and a 32-column accumulator,
+``dQ += dS K_1`` and ``dQ_2 += dS K_2`` from the same shared dS tile. ``HEAD_D2`` = 0
+compiles d=64/128 as before (the same PTX once the debug lines are stripped, offline).
+Offline (sm_90a, bf16 and the anchors' shape, causal or not): 128 keys x 3 slots compiles
+with 0 B of spills and 8 waits for 112 HGMMA in 229,848 B of shared memory (2 slots: the
+same verdict in 180,648 B); 64 keys serialise every wgmma (C7511, 80 waits for 80 HGMMA, at
+2, 3 and 4 slots), as at d=64/128. Unmeasured on the GPU.
+
+The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 96, 128}, lengths that
+are multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ
+mode, no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
 ``D = rowsum(dO * O)`` still comes from the preprocess kernel; the backward's launch plan
 holds this kernel's launch like the others (:func:`.plans.gluon_launch`).
 
 Status (docs/perf.md, session 10): correct on the H200 (every GPU test), but no net gain over
 the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k points (which are
-near host-bound on that host), equal geomean. So it is opt-in: ``FLASHTILE_GLUON_DQ=1``.
+near host-bound on that host), equal geomean. So it is opt-in: ``FLASHTILE_GLUON_DQ=1``
+(d=96 by the same switch, unmeasured).
 """
 from __future__ import annotations
 
@@ -54,8 +67,12 @@ from .common import gluon_switch_on
 # spills. Shared memory: the Q, dO (2 x 2 x BLOCK_M x d) and dS (2 x 64 x 128) tiles plus the
 # (K, V) ring; at d = 128 two slots already take 224 KB of the 227 KB, so the loader runs one
 # tile ahead (three slots: 288 KB); at d = 64 four slots take 192 KB (two and three also
-# compile clean).
-_CONFIGS = {64: (64, 128, 4, 240), 128: (64, 128, 2, 240)}
+# compile clean). d = 96 (split 64 + 32, causal or not): dQ 48 registers per thread (32 + 16),
+# S and dP 64 each; 128 keys x 3 slots: 0 B of spills, 8 waits for 112 HGMMA, 229,848 B of
+# shared memory (Q, dO 48 KB, dS 32 KB, three (K, V) slots 144 KB), so the loader runs two
+# tiles ahead at no cost in occupancy (one CTA per SM either way); two slots compile the same
+# (180,648 B); 64 keys: C7511 (every wgmma serialised) at 2-4 slots. Unmeasured on the GPU.
+_CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 3, 240), 128: (64, 128, 2, 240)}
 
 
 @gluon.jit
@@ -75,16 +92,23 @@ def _issue_dq(s, dp, dq, rows, j, n_unmasked, lse2, d_row, qk_scale, ds_smem, k_
 
 @gluon.jit
 def _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, j,
-                   NUM_STAGES: gl.constexpr):
-    """Issue S_j = Q K_j^T and dP_j = dO V_j^T, each once its tile has landed."""
+                   NUM_STAGES: gl.constexpr, q_smem2=None, do_smem2=None, k_smem2=None,
+                   v_smem2=None):
+    """Issue S_j = Q K_j^T and dP_j = dO V_j^T, each once its tile has landed; where the head
+    dim is split (``q_smem2`` not None: d=96) each sums both parts' products, two wgmma
+    chained through the accumulator (the second parts land on the first's barriers)."""
     slot = j % NUM_STAGES
     phase = (j // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(slot), phase)
     s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
                       is_async=True)
+    if q_smem2 is not None:
+        s = warpgroup_mma(q_smem2, k_smem2.index(slot).permute((1, 0)), s, is_async=True)
     mbarrier.wait(v_ready.index(slot), phase)
     dp = warpgroup_mma(do_smem, v_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
                        is_async=True)
+    if q_smem2 is not None:
+        dp = warpgroup_mma(do_smem2, v_smem2.index(slot).permute((1, 0)), dp, is_async=True)
     return s, dp
 
 
@@ -92,18 +116,34 @@ def _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, j,
 def _dq_consume(q_desc, do_desc, dq_desc, q_smem, do_smem, ds_smem, q_bar, k_smem, v_smem,
                 k_ready, v_ready, empty, LSE, DSUM, lse_base, d_base, q_row0, q_col, first_row,
                 n_tiles, qk_scale, sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                q_desc2, do_desc2, dq_desc2, q_smem2, do_smem2, k_smem2, v_smem2,
+                HEAD_D2: gl.constexpr):
     """Consumer partition (one warpgroup): dQ of BLOCK_M query rows starting at sequence row
     ``first_row``, over the loader's n_tiles (K, V) tiles (its own Q, dO and dS tiles in shared
-    memory); writes it by TMA."""
+    memory); writes it by TMA.
+
+    ``HEAD_D2`` > 0 (d=96: 64 + 32, :func:`.fwd_hopper.head_parts`): the head dim's columns
+    from HEAD_D on are a second part with tiles of their own (``q_smem2``, ``do_smem2``, the
+    rings ``k_smem2``, ``v_smem2``) and descriptors (``*_desc2``); S and dP each sum both
+    parts' products, and dQ is two accumulators, ``dq`` (HEAD_D columns, ``dS K``) and
+    ``dq2`` (HEAD_D2, ``dS K_2``), from the same shared dS tile, written per part."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = q_desc.dtype
 
-    mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    if HEAD_D2 > 0:
+        g2_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D2)[1]
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes
+                        + q_desc2.block_type.nbytes + do_desc2.block_type.nbytes)
+    else:
+        mbarrier.expect(q_bar, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row0, q_col], q_bar, q_smem)
     tma.async_copy_global_to_shared(do_desc, [q_row0, q_col], q_bar, do_smem)
+    if HEAD_D2 > 0:
+        tma.async_copy_global_to_shared(q_desc2, [q_row0, q_col + HEAD_D], q_bar, q_smem2)
+        tma.async_copy_global_to_shared(do_desc2, [q_row0, q_col + HEAD_D], q_bar, do_smem2)
     rows = first_row + gl.arange(0, BLOCK_M, layout=row_layout)
     lse2 = gl.load(LSE + lse_base + rows) * 1.4426950408889634
     d_row = gl.load(DSUM + d_base + rows)
@@ -117,27 +157,43 @@ def _dq_consume(q_desc, do_desc, dq_desc, q_smem, do_smem, ds_smem, q_bar, k_sme
 
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     s, dp = _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, 0,
-                           NUM_STAGES)
+                           NUM_STAGES, q_smem2, do_smem2, k_smem2, v_smem2)
     # Tile 0's products complete before dQ's zeros exist (see fwd_hopper: the compiler would
     # otherwise place the zeros mid-flight and ptxas serialise every wgmma).
     s, dp = warpgroup_mma_wait(0, deps=(s, dp))
     s, dp = warpgroup_mma_init(s), warpgroup_mma_init(dp)
     dq = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D], gl.float32, g_layout))
+    if HEAD_D2 > 0:
+        dq2 = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D2], gl.float32, g2_layout))
+    else:           # (no second part)
+        dq2 = None
     for j in range(n_mine - 1):         # the last tile has no next S: peeled below
-        s, dp, dq = warpgroup_mma_wait(0, deps=(s, dp, dq))
+        if HEAD_D2 > 0:
+            s, dp, dq, dq2 = warpgroup_mma_wait(0, deps=(s, dp, dq, dq2))
+        else:
+            s, dp, dq = warpgroup_mma_wait(0, deps=(s, dp, dq))
         if j > 0:   # tile j-1's K and V are read: hand its slot back to the loader
             mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
         dq = _issue_dq(s, dp, dq, rows, j, n_unmasked, lse2, d_row, qk_scale, ds_smem, k_smem,
                        BLOCK_N, NUM_STAGES, CAUSAL)
+        if HEAD_D2 > 0:     # (the same dS tile, K's second part)
+            dq2 = warpgroup_mma(ds_smem, k_smem2.index(j % NUM_STAGES), dq2, is_async=True)
         s, dp = _scores_and_dp(q_smem, do_smem, k_smem, v_smem, k_ready, v_ready, s_zero, j + 1,
-                               NUM_STAGES)
+                               NUM_STAGES, q_smem2, do_smem2, k_smem2, v_smem2)
     j = n_mine - 1
-    s, dp, dq = warpgroup_mma_wait(0, deps=(s, dp, dq))
+    if HEAD_D2 > 0:
+        s, dp, dq, dq2 = warpgroup_mma_wait(0, deps=(s, dp, dq, dq2))
+    else:
+        s, dp, dq = warpgroup_mma_wait(0, deps=(s, dp, dq))
     if j > 0:
         mbarrier.arrive(empty.index((j - 1) % NUM_STAGES), count=1)
     dq = _issue_dq(s, dp, dq, rows, j, n_unmasked, lse2, d_row, qk_scale, ds_smem, k_smem,
                    BLOCK_N, NUM_STAGES, CAUSAL)
-    dq = warpgroup_mma_wait(0, deps=(dq,))
+    if HEAD_D2 > 0:
+        dq2 = warpgroup_mma(ds_smem, k_smem2.index(j % NUM_STAGES), dq2, is_async=True)
+        dq, dq2 = warpgroup_mma_wait(0, deps=(dq, dq2))
+    else:
+        dq = warpgroup_mma_wait(0, deps=(dq,))
     mbarrier.arrive(empty.index(j % NUM_STAGES), count=1)
     # Causal: the tiles past this consumer's rows (the other one's diagonal) are released
     # unread, each after it has landed, so that every release counts towards its own lap.
@@ -146,22 +202,30 @@ def _dq_consume(q_desc, do_desc, dq_desc, q_smem, do_smem, ds_smem, q_bar, k_sme
         mbarrier.wait(v_ready.index(slot), (t // NUM_STAGES) & 1)
         mbarrier.arrive(empty.index(slot), count=1)
 
-    # Q is no longer read: its tile stages dQ for the TMA store.
+    # Q is no longer read: its tile stages dQ for the TMA store (each part through its own).
     q_smem.store((dq * sm_scale).to(dtype))
+    if HEAD_D2 > 0:
+        q_smem2.store((dq2 * sm_scale).to(dtype))
     fence_async_shared()
     tma.async_copy_shared_to_global(dq_desc, [q_row0, q_col], q_smem)
+    if HEAD_D2 > 0:
+        tma.async_copy_shared_to_global(dq_desc2, [q_row0, q_col + HEAD_D], q_smem2)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DSUM, stride_lse_b,
-                      stride_lse_h, stride_d_b, stride_d_h, nheads, group, seqlen_q, seqlen_k,
-                      n_mtiles, qk_scale, sm_scale, BLOCK_M: gl.constexpr,
-                      BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
-                      CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, q_desc2, k_desc2, v_desc2,
+                      do_desc2, dq_desc2, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
+                      stride_d_h, nheads, group, seqlen_q, seqlen_k, n_mtiles, qk_scale,
+                      sm_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                      HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, HEAD_D2: gl.constexpr = 0):
     # One CTA: 2 * BLOCK_M query rows of one (batch, query head); causal: last rows first.
+    # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
+    # read and write the second part), else the *_desc2 are None.
     m0, off_b, off_h, q_row0, q_col, kv_row0, kv_col, n_tiles, _ = fwd_hopper._query_block(
-        n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D, CAUSAL)
+        n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N, HEAD_D + HEAD_D2,
+        CAUSAL)
     lse_base = off_b * stride_lse_b + off_h * stride_lse_h
     d_base = off_b * stride_d_b + off_h * stride_d_h
 
@@ -172,20 +236,48 @@ def _dq_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dq_desc, LSE, DSUM, strid
                                         fwd_hopper._p_layout(BLOCK_M, BLOCK_N, dtype))
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
+    if HEAD_D2 > 0:     # the second part's tiles (dQ leaves through Q's)
+        q_smem2 = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_D2], q_desc2.layout)
+        do_smem2 = gl.allocate_shared_memory(dtype, [2, BLOCK_M, HEAD_D2], do_desc2.layout)
+        k_smem2 = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D2],
+                                            k_desc2.layout)
+        v_smem2 = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_N, HEAD_D2],
+                                            v_desc2.layout)
+        q0_smem2 = q_smem2.index(0)
+        q1_smem2 = q_smem2.index(1)
+        do0_smem2 = do_smem2.index(0)
+        do1_smem2 = do_smem2.index(1)
+        q2_desc, k2_desc, v2_desc, do2_desc, dq2_desc = (q_desc2, k_desc2, v_desc2, do_desc2,
+                                                         dq_desc2)
+    else:   # (constexpr Nones: warp_specialize's argument tuples take no bare None)
+        k_smem2: gl.constexpr = None
+        v_smem2: gl.constexpr = None
+        q0_smem2: gl.constexpr = None
+        q1_smem2: gl.constexpr = None
+        do0_smem2: gl.constexpr = None
+        do1_smem2: gl.constexpr = None
+        q2_desc: gl.constexpr = None
+        k2_desc: gl.constexpr = None
+        v2_desc: gl.constexpr = None
+        do2_desc: gl.constexpr = None
+        dq2_desc: gl.constexpr = None
     q_bar, k_ready, v_ready, empty = fwd_hopper._kv_ring_barriers(NUM_STAGES)
 
     gl.warp_specialize([
         (_dq_consume, (q_desc, do_desc, dq_desc, q_smem.index(0), do_smem.index(0),
                        ds_smem.index(0), q_bar.index(0), k_smem, v_smem, k_ready, v_ready,
                        empty, LSE, DSUM, lse_base, d_base, q_row0, q_col, m0, n_tiles, qk_scale,
-                       sm_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL)),
+                       sm_scale, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, q2_desc,
+                       do2_desc, dq2_desc, q0_smem2, do0_smem2, k_smem2, v_smem2, HEAD_D2)),
         (_dq_consume, (q_desc, do_desc, dq_desc, q_smem.index(1), do_smem.index(1),
                        ds_smem.index(1), q_bar.index(1), k_smem, v_smem, k_ready, v_ready,
                        empty, LSE, DSUM, lse_base, d_base, q_row0 + BLOCK_M, q_col,
                        m0 + BLOCK_M, n_tiles, qk_scale, sm_scale, BLOCK_M, BLOCK_N, HEAD_D,
-                       NUM_STAGES, CAUSAL)),
+                       NUM_STAGES, CAUSAL, q2_desc, do2_desc, dq2_desc, q1_smem2, do1_smem2,
+                       k_smem2, v_smem2, HEAD_D2)),
         (fwd_hopper._load_kv, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
-                               kv_row0, kv_col, n_tiles, BLOCK_N, NUM_STAGES)),
+                               kv_row0, kv_col, n_tiles, BLOCK_N, NUM_STAGES, k2_desc, v2_desc,
+                               k_smem2, v_smem2)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -220,12 +312,19 @@ def dq(q, k, v, dout, lse, dsum, dq_out, params, record=None) -> None:
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_m, block_n, stages, regs = config(d)
     n_mtiles = sq // (2 * block_m)
+    first, second = fwd_hopper.head_parts(d)   # (d=96: 64 + 32 columns, else d + 0)
+    # q, k, v, dout, dq_out in tiles of the head dim's first part, then the second part's
+    # where the head dim is split (the kernel's *_desc2 descriptors; None where it is whole)
+    operands = ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dq_out, block_m))
+    tiles = tuple((t, (rows, cols)) for cols in (first, second) if cols
+                  for t, rows in operands)
     plans.gluon_launch(
-        record, _dq_hopper_kernel, (n_mtiles * b * hq,),
-        ((q, block_m), (k, block_n), (v, block_n), (dout, block_m), (dq_out, block_m)),
-        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hq,
-         hq // hkv, sq, sk, n_mtiles, params.softmax_scale * fwd_hopper.LOG2E,
-         params.softmax_scale),
-        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=d, NUM_STAGES=stages,
-             CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs, num_warps=4),
-        fwd_hopper.descriptor, "dq", f"gluon {2 * block_m}x{block_n}/{stages}s")
+        record, _dq_hopper_kernel, (n_mtiles * b * hq,), tiles,
+        ((None,) * (10 - len(tiles))
+         + (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hq,
+            hq // hkv, sq, sk, n_mtiles, params.softmax_scale * fwd_hopper.LOG2E,
+            params.softmax_scale)),
+        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=first, HEAD_D2=second,
+             NUM_STAGES=stages, CAUSAL=fwd_hopper.causal(params), CONSUMER_REGS=regs,
+             num_warps=4),
+        fwd_hopper.part_descriptor, "dq", f"gluon {2 * block_m}x{block_n}/{stages}s")

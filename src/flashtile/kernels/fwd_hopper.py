@@ -301,10 +301,13 @@ def _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_e
 
 @gluon.jit
 def _load_kv(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty,
-             kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr):
-    """Loader partition of one work item (the dQ kernel): its K/V tiles into a fresh ring."""
+             kv_row0, kv_col, n_tiles, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+             k_desc2=None, v_desc2=None, k_smem2=None, v_smem2=None):
+    """Loader partition of one work item (the dQ kernel): its K/V tiles into a fresh ring
+    (and their second parts into rings of their own where the head dim is split: ``k_desc2``
+    ... ``v_smem2`` not None, d=96)."""
     _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, empty, empty, kv_row0,
-                  kv_col, n_tiles, 0, BLOCK_N, NUM_STAGES)
+                  kv_col, n_tiles, 0, BLOCK_N, NUM_STAGES, k_desc2, v_desc2, k_smem2, v_smem2)
 
 
 @gluon.jit
@@ -723,11 +726,12 @@ def part_descriptor(t: torch.Tensor, tile: tuple[int, int]) -> TensorDescriptor:
 
 
 def head_parts(d: int) -> tuple[int, int]:
-    """The head dim of the forward and the dK/dV kernel (:mod:`.bwd_hopper`) as (first part,
-    second part): Gluon's tensor shapes are powers of two, so d=96 runs as 64 + 32 columns
-    (tiles of each part; the forward's S summed over both, O in two accumulators; dK/dV's
-    S^T and dP^T summed over both, dK and dV in two accumulators each), and the second part
-    is 0 for the others (one tile each, as before). (Padding
+    """The head dim of the forward, the dK/dV kernel (:mod:`.bwd_hopper`) and the dQ kernel
+    (:mod:`.dq_hopper`) as (first part, second part): Gluon's tensor shapes are powers of
+    two, so d=96 runs as 64 + 32 columns (tiles of each part; the forward's S summed over
+    both, O in two accumulators; dK/dV's S^T and dP^T summed over both, dK and dV in two
+    accumulators each; dQ's S and dP summed over both, dQ in two accumulators), and the
+    second part is 0 for the others (one tile each, as before). (Padding
     d=96 to 128 would spend a third more MACs: at best 0.75 of d=128's rate.)"""
     return (64, 32) if d == 96 else (d, 0)
 
@@ -742,7 +746,7 @@ def covers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, head_dims)
     """The device, dtype, feature, head-dim and layout conditions that this kernel and the
     Gluon dK/dV and dQ kernels share; each adds its own tile multiples and passes the head
     dims it has configs for, ``head_dims`` (d = dv; the forward's include 96 and 256, the
-    d=64/128 dK/dV kernel's 96, the dQ kernel's neither, d=256's dK/dV kernel's 256 alone).
+    d=64/128 dK/dV and dQ kernels' 96, d=256's dK/dV and dQ kernels' 256 alone).
     The mask is read from the window, as the tile-level kernels do: none, or causal
     (``(-1, 0)``, which needs ``seqlen_q == seqlen_k``; :func:`causal`)."""
     if not is_sm90(q.device):
