@@ -9,9 +9,9 @@ import pytest
 import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
-from utils import (FLOOR, assert_replays_match, assert_split_descriptors, assert_within_budget,
-                   check_causal_groups, check_persistent, gluon_cases_over, gluon_launches,
-                   gluon_switched_on, needs_hopper)
+from utils import (FLOOR, assert_d96_needs_dv96, assert_replays_match, assert_split_descriptors,
+                   assert_within_budget, check_causal_groups, check_persistent,
+                   gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -136,11 +136,7 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
         qq = torch.randn(2, sq, 3, 96, dtype=torch.bfloat16)
         kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
         assert bwd_hopper.supports(qq.clone(), qq, kk, kk, params) == runs, (sq, sk)
-    for d, dv in ((96, 64), (64, 96)):                          # d = dv = 96 only
-        qq, kk = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(2))
-        vv = torch.randn(1, 512, 2, dv, dtype=torch.bfloat16)
-        params, _ = _flash_params(qq, kk, vv, 0.0, None, False, (-1, -1), 0.0, None, False)
-        assert not bwd_hopper.supports(qq.clone(), qq, kk, vv, params), (d, dv)
+    assert_d96_needs_dv96(bwd_hopper.supports)
     q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
     params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
     bwd_hopper.dkdv(q, q, q, q, torch.zeros(1, 2, 512), torch.zeros(1, 2, 512),

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 from test_kernels import check
-from utils import count_calls, gluon_cases, gluon_cases_over, gluon_switched_on, needs_hopper
+from utils import (assert_d96_needs_dv96, assert_split_descriptors, count_calls, gluon_cases,
+                   gluon_cases_over, gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
@@ -73,22 +74,13 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
             (q, (64, 64)), (k, (128, 64)), (v, (128, 64)), (dout, (64, 64)), (dq, (64, 64)),
             (q, (64, 32)), (k, (128, 32)), (v, (128, 32)), (dout, (64, 32)), (dq, (64, 32))]
         assert args[0] is lse and args[1] is dsum, "no None in place of a descriptor"
-        for t, tile in tiles:
-            desc = make_descriptor(t, tile)
-            assert list(desc.block_shape) == list(tile)
-            assert list(desc.shape) == [t.shape[0] * t.shape[1], t.shape[2] * 96]
-            assert desc.base.data_ptr() == t.data_ptr()
-            assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
+        assert_split_descriptors(tiles, make_descriptor)
     params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
     for sq, sk, runs in ((1024, 960, False), (960, 1024, False), (896, 1024, True)):
         qq = torch.randn(2, sq, 3, 96, dtype=torch.bfloat16)
         kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
         assert dq_hopper.supports(qq.clone(), qq, kk, kk, params) == runs, (sq, sk)
-    for d, dv in ((96, 64), (64, 96)):                          # d = dv = 96 only
-        qq, kk = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(2))
-        vv = torch.randn(1, 512, 2, dv, dtype=torch.bfloat16)
-        params, _ = _flash_params(qq, kk, vv, 0.0, None, False, (-1, -1), 0.0, None, False)
-        assert not dq_hopper.supports(qq.clone(), qq, kk, vv, params), (d, dv)
+    assert_d96_needs_dv96(dq_hopper.supports)
     monkeypatch.delenv("FLASHTILE_GLUON_DQ")                   # opt-in: off by default
     params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
     assert not dq_hopper.supports(dout, q, k, v, params)

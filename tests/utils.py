@@ -123,6 +123,17 @@ def assert_split_descriptors(tiles, make_descriptor, d: int = 96) -> None:
         assert desc.layout.swizzle_byte_width == 2 * tile[1]      # 128 B, 64 B
 
 
+def assert_d96_needs_dv96(supports) -> None:
+    """A kernel's ``supports(dout, q, k, v, params)`` at d=96 takes d = dv only (the split
+    tiles are those of one head dim): not (d, dv) = (96, 64) nor (64, 96)."""
+    from flashtile.interface import _flash_params
+    for d, dv in ((96, 64), (64, 96)):
+        qq, kk = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(2))
+        vv = torch.randn(1, 512, 2, dv, dtype=torch.bfloat16)
+        params, _ = _flash_params(qq, kk, vv, 0.0, None, False, (-1, -1), 0.0, None, False)
+        assert not supports(qq.clone(), qq, kk, vv, params), (d, dv)
+
+
 def check_persistent(monkeypatch, variable: str, role: str, shape, n_work: int, causal: bool,
                      dtype, calls: list) -> None:
     """A Gluon kernel (``role``) with its persistent grid (``variable=1``): launched once, on
