@@ -171,14 +171,21 @@ PY
       # .branches/<name> tree; AB_FRESH_CACHE=1 gives each run an empty Triton cache
       # (compiles and autotunes anew: the trees share kernel sources, so they would share
       # autotuning results otherwise); AB_ENVS="A=1 B=2;C=3" adds variants of the main tree
-      # run with those variables (e.g. a kernel's switch or config), alternated the same way
+      # run with those variables (e.g. a kernel's switch or config), alternated the same way;
+      # AB_BUDGET=S (seconds): no run starts that could end past S, so that the table and the
+      # archive are still written when the step has to stop early (an outer `timeout` would
+      # cut them off with the runs)
       cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
         --mode ${AB_MODE:-fwdbwd} --headdims ${AB_HEADDIMS:-128} --seqlens ${AB_SEQLENS:-2k,8k} \
         --causal ${AB_CAUSAL:-both}}
+      ab_start=$SECONDS
       echo "--- warm-up (discarded)"
       timeout 150 $cmd --out "$OUT/ab/warm" > /dev/null 2>&1
       # one run: in tree $1 (a folder), named $2, with variables $3 ("A=1 B=2", may be empty)
       ab_run() {
+        if [ -n "${AB_BUDGET:-}" ] && (( SECONDS - ab_start + ${AB_TIMEOUT:-150} > AB_BUDGET )); then
+          echo "--- round $round: $2 not run (AB_BUDGET=$AB_BUDGET s reached)"; return
+        fi
         echo "--- round $round: $2"
         (cd "$1" && export PYTHONPATH="$PWD/src:$PYTHONPATH" ${3:-} \
           && { [ "${AB_FRESH_CACHE:-0}" = 1 ] \
