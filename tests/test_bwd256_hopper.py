@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 from test_kernels import check
-from utils import (FLOOR, assert_within_budget, check_persistent, gluon_cases_over,
-                   gluon_launches, gluon_switched_on, needs_hopper)
+from utils import (FLOOR, assert_within_budget, check_persistent, count_calls,
+                   gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -241,10 +241,13 @@ def test_with_the_gluon_forward_and_a_scale(gluon_calls, monkeypatch):
 @pytest.mark.gpu
 @needs_hopper
 def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
-    """A backward replayed from its launch plan launches this kernel afresh with the call's
-    pointers: every replay's gradients equal the first call's, and within budget."""
+    """A backward replayed from its launch plan launches this kernel and the d=256 dQ kernel
+    (:mod:`flashtile.kernels.dq256_hopper`, its default) afresh with the call's pointers:
+    every replay's gradients equal the first call's, and within budget."""
     from flashtile.kernels import bwd
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ256", "1")
+    dq_calls = count_calls(monkeypatch, dq256_hopper, "dq")
     q, k, v = (torch.randn(1, 512, h, 256, dtype=torch.bfloat16, device="cuda")
                for h in (4, 2, 2))
     dout = torch.randn(1, 512, 4, 256, dtype=torch.bfloat16, device="cuda")
@@ -262,6 +265,8 @@ def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
     runs = [grads() for _ in range(3)]
     assert len(bwd._PLANS) == before + 1, "the first backward should have recorded one plan"
     assert_ran(gluon_calls)     # (once: the later calls replayed the plan)
+    assert len(dq_calls) == 1 and plans.gluon_configs["dq"].startswith("gluon d256"), (
+        dq_calls, plans.gluon_configs)
     plan = list(bwd._PLANS.plans.values())[-1]
     assert any(isinstance(x, plans._GluonLaunch) for x in plan.launches), "no Gluon step"
     ref, same = grads(torch.float64), grads(torch.bfloat16)
