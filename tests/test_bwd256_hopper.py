@@ -144,14 +144,17 @@ def test_launch(monkeypatch, causal, persistent):
     assert meta["CAUSAL"] == causal and meta["GROUP"] == (8 if causal else 1)
 
 
-def test_backward_dispatch(monkeypatch):
-    """:func:`.bwd.backward` sends a covered call's dK/dV to this kernel with dQ in two
-    passes (the tile-level dQ kernel, interpreted here on the CPU: a stand-in kernel writes
-    dK and dV), and keeps the tile-level dK/dV kernel for a forced one pass."""
+@pytest.mark.parametrize("module,stood_in", [("bwd256_hopper", ("dk", "dv")),
+                                             ("dq256_hopper", ("dq",))], ids=["dkdv", "dq"])
+def test_backward_dispatch(monkeypatch, module, stood_in):
+    """:func:`.bwd.backward` sends a covered call's dK/dV to the d=256 dK/dV kernel, or its dQ
+    to the d=256 dQ kernel, with dQ in two passes (a stand-in writes zeros; the other
+    gradients come from the tile-level kernels, interpreted here on the CPU), and neither in
+    a forced one pass (the tile-level kernels then compute all three)."""
     import flashtile
     from flashtile.kernels import bwd
     if not common.interpreting():
-        pytest.skip("the CPU run of the tile-level dQ kernel needs Triton's interpreter")
+        pytest.skip("the CPU run of the tile-level kernels needs Triton's interpreter")
     calls = []
 
     class Stand:
@@ -161,20 +164,26 @@ def test_backward_dispatch(monkeypatch):
             dk.zero_()
             dv.zero_()
 
+        @staticmethod
+        def dq(q, k, v, dout, lse, dsum, dq, params, record=None):
+            calls.append(record)
+            dq.zero_()
+
     monkeypatch.setattr(bwd, "_gluon_kernel",
-                        lambda module, *args: Stand if module == "bwd256_hopper" else None)
+                        lambda name, *args: Stand if name == module else None)
     flashtile.set_backend("triton")
     try:
         q, k, v = (torch.randn(1, 16, 1, 16, requires_grad=True) for _ in range(3))
         out = flash_attn_func(q, k, v)
         for mode in ("two-pass", "atomic"):
             monkeypatch.setenv("FLASHTILE_BWD_DQ", mode)
-            dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out),
-                                             retain_graph=True)
+            grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out),
+                                        retain_graph=True)
             assert bwd.last_dq_pass == mode
             assert len(calls) == 1          # (the forced one pass did not call it)
-            assert torch.isfinite(dq).all()
-            assert (dk == 0).all() == (mode == "two-pass")
+            for name, g in zip(("dq", "dk", "dv"), grads):
+                assert torch.isfinite(g).all(), name
+                assert (g == 0).all() == (mode == "two-pass" and name in stood_in), name
     finally:
         flashtile.set_backend(None)
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_bwd256_hopper import flash_params, qkv
+from test_bwd256_hopper import SHAPES, flash_params, qkv
 from test_kernels import check
 from utils import count_calls, gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper
 
-from flashtile import flash_attn_func
 from flashtile.kernels import bwd256_hopper, common, dq256_hopper, plans
 
 SWITCH = "FLASHTILE_GLUON_DQ256"
@@ -86,38 +85,8 @@ def test_launch(monkeypatch, causal):
     assert meta["CAUSAL"] == causal and meta["GROUP"] == (8 if causal else 1)
 
 
-def test_backward_dispatch(monkeypatch):
-    """:func:`.bwd.backward` sends a covered call's dQ to this kernel in two passes (a
-    stand-in writes dQ; the tile-level dK/dV kernel runs, interpreted on the CPU), and not
-    in a forced one pass."""
-    import flashtile
-    from flashtile.kernels import bwd
-    if not common.interpreting():
-        pytest.skip("the CPU run of the tile-level dK/dV kernel needs Triton's interpreter")
-    calls = []
-
-    class Stand:
-        @staticmethod
-        def dq(q, k, v, dout, lse, dsum, dq, params, record=None):
-            calls.append(record)
-            dq.zero_()
-
-    monkeypatch.setattr(bwd, "_gluon_kernel",
-                        lambda module, *args: Stand if module == "dq256_hopper" else None)
-    flashtile.set_backend("triton")
-    try:
-        q, k, v = (torch.randn(1, 16, 1, 16, requires_grad=True) for _ in range(3))
-        out = flash_attn_func(q, k, v)
-        for mode in ("two-pass", "atomic"):
-            monkeypatch.setenv("FLASHTILE_BWD_DQ", mode)
-            dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out),
-                                             retain_graph=True)
-            assert bwd.last_dq_pass == mode
-            assert len(calls) == 1          # (the forced one pass did not call it)
-            assert torch.isfinite(dk).all() and torch.isfinite(dv).all()
-            assert (dq == 0).all() == (mode == "two-pass")
-    finally:
-        flashtile.set_backend(None)
+# (The backward's dispatch: test_bwd256_hopper.py::test_backward_dispatch, for both d=256
+# kernels.)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,11 +99,9 @@ def assert_ran(calls: list, n: int = 1) -> None:
     assert plans.gluon_configs["dq"].startswith("gluon d256"), plans.gluon_configs
 
 
-# (b, s, hq, hkv, d): two query tiles per head; GQA with two heads per KV head over two
-# batches; MQA with 16 query tiles per head (causal items of 16 key tiles down to 1)
-SHAPES = [(1, 128, 2, 2, 256), (2, 512, 4, 2, 256), (1, 1024, 4, 1, 256)]
-
-
+# (SHAPES, the d=256 dK/dV kernel's: here two query tiles per head; GQA with two heads per KV
+# head over two batches; MQA with 16 query tiles per head, causal items of 16 key tiles down
+# to 1)
 @gluon_cases_over(SHAPES)
 def test_gradients(gluon_calls, monkeypatch, shape, causal, dtype):
     """dQ (and dK, dV, the forward's outputs) within budget of the float64 reference, dK/dV

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_kernels import check
-from utils import (assert_d96_needs_dv96, assert_split_descriptors, count_calls, gluon_cases,
+from utils import (GLUON_SHAPES, assert_d96_needs_dv96, assert_split_descriptors, count_calls,
                    gluon_cases_over, gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
@@ -94,31 +94,20 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
                                            (64, 128)]
 
 
-@gluon_cases
+@gluon_cases_over(GLUON_SHAPES + [(2, 1024, 8, 2, 96), (1, 256, 2, 2, 96), (3, 512, 4, 1, 96)])
 @pytest.mark.parametrize("dkdv", ["gluon-dkdv", "tile-dkdv"])
 def test_gluon_dq(gluon_calls, monkeypatch, shape, causal, dtype, dkdv):
     """dQ from the Gluon kernel, dK/dV from the Gluon kernel (the default) or the tile-level
-    one (``FLASHTILE_GLUON_BWD=0``)."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1" if dkdv == "gluon-dkdv" else "0")
-    dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1, "this call should have run the Gluon dQ kernel"
-    assert len(dkdv_calls) == (1 if dkdv == "gluon-dkdv" else 0)
-
-
-@gluon_cases_over([(2, 1024, 8, 2, 96), (1, 256, 2, 2, 96), (3, 512, 4, 1, 96)])
-@pytest.mark.parametrize("dkdv", ["gluon-dkdv", "tile-dkdv"])
-def test_head_dim_96(gluon_calls, monkeypatch, shape, causal, dtype, dkdv):
-    """d=96 in split tiles (64 + 32 columns): GQA 4:1, MQA, one and several query blocks per
-    head; dQ from this kernel in the backward's default dQ mode (``FLASHTILE_BWD_DQ`` unset:
-    two passes at d=96), dK/dV from the Gluon kernel (split likewise) or the tile-level one;
-    all three gradients (NaN-poisoned before the launches) within budget."""
+    one (``FLASHTILE_GLUON_BWD=0``); all three gradients (NaN-poisoned before the launches)
+    within budget. d=96 in split tiles (64 + 32 columns: GQA 4:1, MQA, one and several
+    query blocks per head) in the backward's default dQ mode (``FLASHTILE_BWD_DQ`` unset:
+    d=96 has no one pass, so two passes)."""
     from flashtile.kernels import bwd
-    monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
+    b, s, hq, hkv, d = shape
+    if d == 96:
+        monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD", "1" if dkdv == "gluon-dkdv" else "0")
     dkdv_calls = count_calls(monkeypatch, bwd_hopper, "dkdv")
-    b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1, "this call should have run the Gluon dQ kernel"
     assert len(dkdv_calls) == (1 if dkdv == "gluon-dkdv" else 0)
