@@ -194,6 +194,31 @@ def _item_done(dk, dv, r, empty, free, k_smem, v_smem, dk_desc, dv_desc, kv_empt
 
 
 @gluon.jit
+def _issue_transposed(kv_smem, x_smem, ready, r, s_zero, NUM_STAGES: gl.constexpr):
+    """Once the ring's load r has landed, issue its tile's ``S^T = K Q^T`` (consumer 0: K
+    and the Q ring) or ``dP^T = V dO^T`` (consumer 1: V and the dO ring)."""
+    slot = r % NUM_STAGES
+    mbarrier.wait(ready.index(slot), (r // NUM_STAGES) & 1)
+    return warpgroup_mma(kv_smem, x_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                         is_async=True)
+
+
+@gluon.jit
+def _item_start(kv_smem, kv_ready, x_smem, ready, r, c, s_zero, BLOCK_N: gl.constexpr,
+                HALF_D: gl.constexpr, NUM_STAGES: gl.constexpr, g_layout: gl.constexpr):
+    """A consumer's work item c begins: once its K (or V) has landed, tile 0's S^T (or dP^T,
+    the ring's load r), completed, and the consumer's zeroed halves of dK and dV."""
+    mbarrier.wait(kv_ready, c & 1)
+    acc = _issue_transposed(kv_smem, x_smem, ready, r, s_zero, NUM_STAGES)
+    # Tile 0's product completes before dK/dV's zeros exist (see fwd_hopper: the compiler
+    # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
+    acc = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(acc,)))
+    dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+    dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+    return acc, dk, dv
+
+
+@gluon.jit
 def _p_tile(st, dk, dv, lse2, keys, r, t, i0, n_i, k_smem, q_smem, do_smem, pt_smem, ds_smem,
             ready, empty, pt_ready, pt_free, ds_ready, ds_free, LSE, lse_base, stride_lse_h,
             qk_scale, s_zero, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr,
@@ -229,10 +254,7 @@ def _p_tile(st, dk, dv, lse2, keys, r, t, i0, n_i, k_smem, q_smem, do_smem, pt_s
     if NEXT:
         lse2 = _rows(LSE, lse_base, stride_lse_h, t + 1, i0, n_i, 1.4426950408889634,
                      BLOCK_M, col_layout)
-        nslot = (r + 1) % NUM_STAGES
-        mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
-        st = warpgroup_mma(k_smem, q_smem.index(nslot).permute((1, 0)), s_zero, use_acc=False,
-                           is_async=True)
+        st = _issue_transposed(k_smem, q_smem, ready, r + 1, s_zero, NUM_STAGES)
     mbarrier.wait(ds_ready.index(b), (r // 2) & 1)
     dk = warpgroup_mma(ds_smem.index(b), q_smem.index(slot).slice(0, HALF_D, dim=1), dk,
                        is_async=True)
@@ -265,15 +287,8 @@ def _p_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, k_ready, kv_em
             stride_lse_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
         keys = n0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
-        mbarrier.wait(k_ready, c & 1)
-        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
-        st = warpgroup_mma(k_smem, q_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-        # Tile 0's S^T completes before dK/dV's zeros exist (see fwd_hopper: the compiler
-        # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
-        st = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(st,)))
-        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
-        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+        st, dk, dv = _item_start(k_smem, k_ready, q_smem, ready, it, c, s_zero, BLOCK_N,
+                                 HALF_D, NUM_STAGES, g_layout)
         lse2 = _rows(LSE, lse_base, stride_lse_h, 0, i0, n_i, 1.4426950408889634, BLOCK_M,
                      col_layout)
         for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
@@ -328,10 +343,7 @@ def _ds_tile(dpt, dk, dv, d_row, r, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem
     dv = warpgroup_mma(pt_smem.index(b), do_smem.index(slot).slice(HALF_D, HALF_D, dim=1), dv,
                        is_async=True)
     if NEXT:
-        nslot = (r + 1) % NUM_STAGES
-        mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
-        dpt = warpgroup_mma(v_smem, do_smem.index(nslot).permute((1, 0)), s_zero,
-                            use_acc=False, is_async=True)
+        dpt = _issue_transposed(v_smem, do_smem, ready, r + 1, s_zero, NUM_STAGES)
     return dpt, dk, dv, d_row
 
 
@@ -356,13 +368,8 @@ def _ds_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, v_ready, kv_e
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_d_b, stride_d_h,
             BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
-        mbarrier.wait(v_ready, c & 1)
-        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
-        dpt = warpgroup_mma(v_smem, do_smem.index(it % NUM_STAGES).permute((1, 0)), s_zero,
-                            use_acc=False, is_async=True)
-        dpt = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(dpt,)))
-        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
-        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HALF_D], gl.float32, g_layout))
+        dpt, dk, dv = _item_start(v_smem, v_ready, do_smem, ready, it, c, s_zero, BLOCK_N,
+                                  HALF_D, NUM_STAGES, g_layout)
         d_row = _rows(DSUM, d_base, stride_d_h, 0, i0, n_i, 1.0, BLOCK_M, col_layout)
         for t in range(n_t - 1):
             dpt, dk, dv, d_row = _ds_tile(
