@@ -288,16 +288,23 @@ def test_replayed_calls_launch_it_afresh(gluon_calls, monkeypatch):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("case", ["switched-off", "ragged-length", "causal-sq-ne-sk",
-                                  "bhsd-layout", "softcap", "atomic-dq", "d128"])
+@pytest.mark.parametrize("case", ["dkdv-switched-off", "dq-switched-off", "ragged-length",
+                                  "causal-sq-ne-sk", "bhsd-layout", "softcap", "atomic-dq",
+                                  "d128"])
 def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
-    """Calls outside the kernel's cover (or with it switched off) run the
-    tile-level dK/dV kernel (d=128: the d=128 Gluon kernel), still within budget; a forced
-    one pass (``FLASHTILE_BWD_DQ=atomic``) keeps the tile-level kernel, which adds dQ."""
+    """Calls outside the d=256 kernels' cover run the tile-level kernels in their place
+    (d=128: the d=128 Gluon dK/dV kernel), still within budget; so does a forced one pass
+    (``FLASHTILE_BWD_DQ=atomic``: the tile-level dK/dV kernel adds dQ); either kernel switched
+    off leaves the other running."""
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ256", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_DQ256_CONFIG", raising=False)
+    dq_calls = count_calls(monkeypatch, dq256_hopper, "dq")
     b, sq, sk, hq, hkv, d = 1, 512, 512, 4, 2, 256
     kwargs = {}
-    if case == "switched-off":
+    if case == "dkdv-switched-off":
         monkeypatch.setenv(SWITCH, "0")
+    elif case == "dq-switched-off":
+        monkeypatch.setenv("FLASHTILE_GLUON_DQ256", "0")
     elif case == "ragged-length":
         sq = sk = 300
     elif case == "causal-sq-ne-sk":
@@ -311,4 +318,5 @@ def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
     elif case == "d128":
         d = 128
     check(b, sq, sk, hq, hkv, d, d, torch.bfloat16, **kwargs)
-    assert gluon_calls == []
+    assert len(gluon_calls) == int(case == "dq-switched-off"), "the d=256 dK/dV kernel"
+    assert len(dq_calls) == int(case == "dkdv-switched-off"), "the d=256 dQ kernel"

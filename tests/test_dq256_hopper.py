@@ -18,8 +18,8 @@ CONFIG = "FLASHTILE_GLUON_DQ256_CONFIG"
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
-    """Turns the (opt-in) d=256 Gluon dQ kernel on, with dQ in two passes, and counts its
-    launches (the real one runs)."""
+    """Turns the d=256 Gluon dQ kernel on (its default), with dQ in two passes, and counts
+    its launches (the real one runs)."""
     monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
     monkeypatch.delenv(CONFIG, raising=False)
     yield from gluon_switched_on(monkeypatch, SWITCH, dq256_hopper, "dq")
@@ -152,24 +152,5 @@ def test_with_the_tile_level_dkdv_and_a_scale(gluon_calls, monkeypatch):
 # runs both d=256 kernels, this one by its default.)
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("case", ["switched-off", "ragged-length", "bhsd-layout", "atomic-dq",
-                                  "d128"])
-def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
-    """Calls outside the kernel's cover (or with it switched off, or a forced one pass) run
-    the tile-level dQ kernel, still within budget."""
-    b, sq, sk, hq, hkv, d = 1, 512, 512, 4, 2, 256
-    kwargs = {}
-    if case == "switched-off":
-        monkeypatch.setenv(SWITCH, "0")
-    elif case == "ragged-length":
-        sq = sk = 300
-    elif case == "bhsd-layout":
-        kwargs = dict(strided=True)
-    elif case == "atomic-dq":
-        monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
-    elif case == "d128":
-        d = 128
-    check(b, sq, sk, hq, hkv, d, d, torch.bfloat16, **kwargs)
-    assert gluon_calls == []
+# (Calls outside the cover, switched off or in a forced one pass:
+# test_bwd256_hopper.py::test_other_calls_fall_back, for both d=256 kernels.)
