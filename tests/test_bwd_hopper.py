@@ -78,11 +78,11 @@ def test_kv_buffers_follow_the_grid(monkeypatch, persistent):
 
 
 def test_head_dim_96_config_and_rules(monkeypatch):
-    """d=96: 64 keys x 32 queries x 4 slots (d=128's shape; the offline compiler's verdict:
-    no spills, none serialised), d=128's rules for the grid (one program per item) and the
-    causal chunks (never of 1), both unmeasured; and no one pass (:func:`has_one_pass`)."""
+    """d=96: 64 keys x 64 queries x 4 slots (measured ahead of 32 queries, session 21),
+    d=128's rules for the grid (one program per item) and the causal chunks (never of 1); and
+    no one pass (:func:`has_one_pass`)."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
-    assert bwd_hopper.config(96) == (64, 32, 4, 240)
+    assert bwd_hopper.config(96) == (64, 64, 4, 240)
     assert bwd_hopper.SINGLE_UPTO[96] == 0
     assert not bwd_hopper.persistent_ahead(96)
     assert [bwd_hopper.has_one_pass(d) for d in (64, 96, 128)] == [True, False, True]
@@ -92,9 +92,9 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
     """d=96 (switched on, on a stubbed sm_90 device): the dK/dV kernel covers it (and the Gluon
     dQ kernel, tests/test_dq_hopper.py); the launch splits the head dim into 64 + 32 columns: thirteen TMA
     descriptors (q, k, v, dout, dk, dv for columns 0:64, the dQ stand-in, then the six for
-    64:96), all over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 32 for
-    q/dout, 64 for k/v/dk/dv), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``, two
-    passes (a dQ accumulator is refused). The lengths must be multiples of the 32-query and
+    64:96), all over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 64 for
+    q/dout/k/v/dk/dv), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``, two
+    passes (a dQ accumulator is refused). The lengths must be multiples of the 64-query and
     128-key tiles, and d = dv. The other head dims pass seven descriptors and None for the
     second part's six. The launch is captured, not made."""
     from flashtile.kernels import plans
@@ -118,13 +118,13 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
         (_, _, grid, tiles, args, meta, make_descriptor, role, _), = launches
         launches.clear()
         assert role == "dkdv" and meta["HEAD_D"] == 64 and meta["HEAD_D2"] == 32
-        assert meta["BLOCK_N"] == 64 and meta["BLOCK_M"] == 32 and meta["NUM_STAGES"] == 4
+        assert meta["BLOCK_N"] == 64 and meta["BLOCK_M"] == 64 and meta["NUM_STAGES"] == 4
         assert meta["CAUSAL"] == causal and not meta["ONE_PASS"] and meta["KV_BUFS"] == 1
         assert grid == (2 * 1 * 1024 // 128,)                 # one program per item
         assert [(t, tile) for t, tile in tiles] == [
-            (q, (32, 64)), (k, (64, 64)), (v, (64, 64)), (dout, (32, 64)), (dk, (64, 64)),
+            (q, (64, 64)), (k, (64, 64)), (v, (64, 64)), (dout, (64, 64)), (dk, (64, 64)),
             (dv, (64, 64)), (dk, (64, 64)),
-            (q, (32, 32)), (k, (64, 32)), (v, (64, 32)), (dout, (32, 32)), (dk, (64, 32)),
+            (q, (64, 32)), (k, (64, 32)), (v, (64, 32)), (dout, (64, 32)), (dk, (64, 32)),
             (dv, (64, 32))]
         assert args[0] is lse, "no None in place of a second-part descriptor"
         assert_split_descriptors(tiles, make_descriptor)
@@ -132,7 +132,7 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params,
                             dq_acc=torch.zeros(2, 1024, 3, 96))
     params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
-    for sq, sk, runs in ((1024, 960, False), (1000, 1024, False), (992, 1024, True)):
+    for sq, sk, runs in ((1024, 960, False), (992, 1024, False), (960, 1024, True)):
         qq = torch.randn(2, sq, 3, 96, dtype=torch.bfloat16)
         kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
         assert bwd_hopper.supports(qq.clone(), qq, kk, kk, params) == runs, (sq, sk)
@@ -390,11 +390,10 @@ def test_head_dim_96(gluon_calls, monkeypatch, shape, causal, dtype):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_head_dim_96_64_queries(gluon_calls, monkeypatch, causal):
-    """The other d=96 config (for the sweep): 64 queries per tile, which compiles offline
-    with no wgmma serialised but spills item-level scalars (bwd_hopper._CONFIGS); GQA,
-    several items per KV head; gradients within budget."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", "64,64,4,240")
+def test_head_dim_96_32_queries(gluon_calls, monkeypatch, causal):
+    """The other d=96 config (for sweeps): 32 queries per tile, the default up to session 20
+    (bwd_hopper._CONFIGS); GQA, several items per KV head; gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", "64,32,4,240")
     check(2, 1024, 1024, 8, 2, 96, 96, torch.bfloat16, causal=causal)
     assert len(gluon_calls) == 1
 

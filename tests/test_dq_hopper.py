@@ -17,8 +17,8 @@ from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
 
 @pytest.fixture
 def gluon_calls(monkeypatch):
-    """Turns the (opt-in) Gluon dQ kernel on, with two passes (in one pass the dK/dV kernel
-    adds dQ), and counts its launches (the real one runs)."""
+    """Turns the Gluon dQ kernel on (at d=64/128 too, where it is opt-in), with two passes
+    (in one pass the dK/dV kernel adds dQ), and counts its launches (the real one runs)."""
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_DQ", dq_hopper, "dq")
 
@@ -46,8 +46,9 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
     ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 64 for q/dout/dq, 128 for k/v),
     swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``, 3 slots, one program per 128 query
     rows of each (batch, query head). The lengths must be multiples of the 128-row and 128-key
-    tiles, and d = dv. Switched off (the default) it covers nothing. The other head dims pass
-    five descriptors and None for the second part's five. The launch is captured, not made."""
+    tiles, and d = dv. By default (switch unset or ``auto``) it covers d=96 alone, not
+    d=64/128; ``0`` covers nothing. The other head dims pass five descriptors and None for the
+    second part's five. The launch is captured, not made."""
     from flashtile.kernels import plans
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
@@ -81,11 +82,18 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
         kk = torch.randn(2, sk, 1, 96, dtype=torch.bfloat16)
         assert dq_hopper.supports(qq.clone(), qq, kk, kk, params) == runs, (sq, sk)
     assert_d96_needs_dv96(dq_hopper.supports)
-    monkeypatch.delenv("FLASHTILE_GLUON_DQ")                   # opt-in: off by default
     params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
-    assert not dq_hopper.supports(dout, q, k, v, params)
-    q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
-    params, _ = _flash_params(q, q, q, 0.0, None, False, (-1, -1), 0.0, None, False)
+    q128 = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
+    params128, _ = _flash_params(q128, q128, q128, 0.0, None, False, (-1, -1), 0.0, None, False)
+    for switch, on_96, on_128 in ((None, True, False), ("auto", True, False), ("0", False, False),
+                                  ("1", True, True)):
+        if switch is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_DQ")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_DQ", switch)
+        assert dq_hopper.supports(dout, q, k, v, params) == on_96, switch
+        assert dq_hopper.supports(q128, q128, q128, q128, params128) == on_128, switch
+    q, params = q128, params128
     dq_hopper.dq(q, q, q, q, torch.zeros(1, 2, 512), torch.zeros(1, 2, 512),
                  torch.empty_like(q), params)
     (_, _, _, tiles, args, meta, _, _, _), = launches

@@ -100,10 +100,10 @@ def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, ca
 
 @pytest.mark.parametrize("module,variable,default", [
     (fwd_hopper, "FLASHTILE_GLUON_FWD", True), (bwd_hopper, "FLASHTILE_GLUON_BWD", True),
-    (dq_hopper, "FLASHTILE_GLUON_DQ", False)], ids=["fwd", "dkdv", "dq"])
+    (dq_hopper, "FLASHTILE_GLUON_DQ", True)], ids=["fwd", "dkdv", "dq"])
 def test_switches_and_cpu_tensors(monkeypatch, module, variable, default):
-    """Each Gluon kernel's switch and its default (dK/dV on, the forward on where it measured
-    ahead, dQ opt-in); switched on, CPU tensors never take it."""
+    """Each Gluon kernel's switch and its default (dK/dV on, the forward and dQ on where they
+    measured ahead); switched on, CPU tensors never take it."""
     monkeypatch.delenv(variable, raising=False)
     assert module.enabled() == default
     monkeypatch.setenv(variable, "0")

@@ -580,8 +580,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     else:
         record = None
     # sm_90 dense hot path: dK/dV from the Gluon kernel; dQ from the tile-level one, from a
-    # Gluon dQ kernel (d=64/96/128: opt-in, FLASHTILE_GLUON_DQ=1, at d=96, which has no one
-    # pass, in the default dQ mode too; d=256: on, FLASHTILE_GLUON_DQ256=0 turns it off), or
+    # Gluon dQ kernel (d=96: on, FLASHTILE_GLUON_DQ=0 turns it off; d=64/128: opt-in,
+    # FLASHTILE_GLUON_DQ=1; d=256: on, FLASHTILE_GLUON_DQ256=0 turns it off), or
     # added by the Gluon dK/dV kernel in the same pass (one pass, through TMA reductions)
     dense = not (varlen or need_bias_grad)
     hopper = _gluon_kernel("bwd_hopper", dout, q, k, v, params) if dense else None

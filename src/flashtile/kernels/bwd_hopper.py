@@ -60,8 +60,12 @@ two K/V buffers); 64 queries spill item-level scalars outside the tile loop (28 
 76 B causal; 0 / 64 B in a persistent grid) with 8 waits for 112 HGMMA. On the H200
 (session 20, one round, bf16, 16k tokens) forward+backward reached 366 / 381 TFLOP/s
 unmasked and 322 / 346 causal at 4k / 16k, 0.82-0.88x cuDNN in the same run (the tile-level
-backward: 0.68-0.70x at 4k, session 19). Not swept: the config, the grid (one program per
-item, d=128's rule) and the causal chunks (d=128's rule).
+backward: 0.68-0.70x at 4k, session 19). Session 21 (two alternating rounds, 1k/4k/16k):
+64 queries per tile took 0.89-0.93x the kernel time of 32, and with the Gluon dQ kernel
+(:mod:`.dq_hopper`, on by default at d=96 since) 0.77-0.88x: forward+backward 0.91-1.02x
+cuDNN in the same runs. Both are the defaults; the persistent grid on top of them moved
+kernel time by -3% to +3% (one program per item stays), and the causal chunks (d=128's
+rule) are not swept.
 
 The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 96, 128} (not d=256,
 which has :mod:`.bwd256_hopper`), lengths that are multiples of the tiles, causal only with
@@ -87,18 +91,18 @@ from .common import env_forced, gluon_switch_on
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
 # registers and ptxas spills 144-400 B and serialises the wgmmas (C7512); at 32, none.
-# d = 96 (split 64 + 32) too, by the offline verdict (sm_90a, bf16, 4k): at 32 queries 0 B of
-# spills causal or not, in either grid, 8 waits for 80 HGMMA; at 64 (dK + dV 96 registers,
-# S^T + dP^T 64) none serialised (8 waits for 112 HGMMA), but item-level scalars spill
-# outside the tile loop: 28 B unmasked, 76 B causal (persistent grid: 0 B / 64 B). The
-# default measured 0.82-0.88x cuDNN forward+backward (session 20); the two not compared on
-# the GPU yet (``FLASHTILE_GLUON_BWD_CONFIG=64,64,4,240`` runs the other; GPU-tested).
-_CONFIGS = {64: (64, 64, 4, 240), 96: (64, 32, 4, 240), 128: (64, 32, 4, 240)}
+# d = 96 (split 64 + 32) takes 64 queries: dK + dV are 96 registers there, not 128, so
+# S^T + dP^T (64) fit beside them; none serialised offline (sm_90a, bf16, 4k: 8 waits for
+# 112 HGMMA), only item-level scalars spill outside the tile loop (28 B unmasked, 76 B
+# causal). On the H200 (session 21, two alternating rounds, bf16, 1k/4k/16k) its
+# forward+backward kernels took 0.89-0.93x the time of 32 queries per tile (0 B of spills,
+# 8 waits for 80 HGMMA): half the tiles to load, wait for and mask, and S^T/dP^T at N=64.
+_CONFIGS = {64: (64, 64, 4, 240), 96: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
 
 # Work items per KV head up to which the causal order of key tiles runs in chunks of 1
 # (:func:`.fwd_hopper.causal_group`), by head dim: d=64 up to 8 (chunks of 8 lost 6% at 1k,
 # session 13); never at d=128 (chunks of 1 lost 5% at 1k, 512 within its noise, session 15);
-# d=96 takes d=128's rule (its tiles are d=128's shape: 64 keys x 32 queries), unmeasured.
+# d=96 takes d=128's rule, unmeasured.
 SINGLE_UPTO = {64: 8, 96: 0, 128: 0}
 
 
@@ -699,8 +703,9 @@ def persistent_ahead(d: int) -> bool:
     of 12 points, +0.5% to +29%, the most at 512; within 1% behind at the other three); not
     d=128 (behind at 10 of 12 points, -2% to -8.5%; again in session 15, after one program
     per item got one K/V buffer per consumer: -1% to -3% unmasked at 1k/2k, -9% to -12%
-    causal at 512 to 2k). d=96 takes d=128's rule, unmeasured (both grids compile clean
-    offline)."""
+    causal at 512 to 2k). d=96 takes d=128's rule: with 64 queries per tile and the Gluon dQ
+    kernel the persistent grid moved kernel time by -3% to +3% (session 21: ahead at 1k and
+    4k unmasked, behind at 16k unmasked and causal 1k/4k)."""
     return d == 64
 
 

@@ -97,7 +97,7 @@ def env_forced(name: str) -> bool | None:
 # +4% to +10% over the tile-level dQ pass, session 20, one round).
 GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON_FWD_CONFIG"),
                   "bwd_hopper": ("FLASHTILE_GLUON_BWD", "1", "FLASHTILE_GLUON_BWD_CONFIG"),
-                  "dq_hopper": ("FLASHTILE_GLUON_DQ", "0", "FLASHTILE_GLUON_DQ_CONFIG"),
+                  "dq_hopper": ("FLASHTILE_GLUON_DQ", "auto", "FLASHTILE_GLUON_DQ_CONFIG"),
                   "bwd256_hopper": ("FLASHTILE_GLUON_BWD256", "1",
                                     "FLASHTILE_GLUON_BWD256_CONFIG"),
                   "dq256_hopper": ("FLASHTILE_GLUON_DQ256", "1",

@@ -35,7 +35,10 @@ compiles d=64/128 as before (the same PTX once the debug lines are stripped, off
 Offline (sm_90a, bf16 and the anchors' shape, causal or not): 128 keys x 3 slots compiles
 with 0 B of spills and 8 waits for 112 HGMMA in 229,848 B of shared memory (2 slots: the
 same verdict in 180,648 B); 64 keys serialise every wgmma (C7511, 80 waits for 80 HGMMA, at
-2, 3 and 4 slots), as at d=64/128. Unmeasured on the GPU.
+2, 3 and 4 slots), as at d=64/128. On the H200 (session 21, bf16, 1k/4k/16k, causal or not)
+it took 0.91-0.95x the forward+backward kernel time of the tile-level dQ kernel (which pads
+d=96 to 128) beside the 32-query dK/dV kernel, and with the 64-query one 0.83-0.94x; 2 slots
+gained less than 3 (one round: 0.97-1.01x). So d=96 takes it by default (:data:`AHEAD`).
 
 The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 96, 128}, lengths that
 are multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ
@@ -43,10 +46,11 @@ mode, no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N k
 ``D = rowsum(dO * O)`` still comes from the preprocess kernel; the backward's launch plan
 holds this kernel's launch like the others (:func:`.plans.gluon_launch`).
 
-Status (docs/perf.md, session 10): correct on the H200 (every GPU test), but no net gain over
-the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k points (which are
-near host-bound on that host), equal geomean. So it is opt-in: ``FLASHTILE_GLUON_DQ=1``
-(d=96 by the same switch, unmeasured).
+Status at d=64/128 (docs/perf.md, session 10): correct on the H200 (every GPU test), but no
+net gain over the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k
+points (which are near host-bound on that host), equal geomean; and their default one pass
+adds dQ in the dK/dV kernel. So there it is opt-in: ``FLASHTILE_GLUON_DQ=1`` runs every
+covered call through it, ``0`` none, unset or ``auto`` the head dims of :data:`AHEAD`.
 """
 from __future__ import annotations
 
@@ -57,7 +61,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_init, warpgroup_mma_wait)
 
 from . import fwd_hopper, plans
-from .common import gluon_switch_on
+from .common import gluon_switch, gluon_switch_on
 
 # (head dim) -> (rows per consumer, keys per tile, ring slots, consumer registers).
 # Chosen offline by ptxas verdicts only (scripts/inspect_kernels.py --gluon; no GPU sweep yet):
@@ -71,8 +75,14 @@ from .common import gluon_switch_on
 # S and dP 64 each; 128 keys x 3 slots: 0 B of spills, 8 waits for 112 HGMMA, 229,848 B of
 # shared memory (Q, dO 48 KB, dS 32 KB, three (K, V) slots 144 KB), so the loader runs two
 # tiles ahead at no cost in occupancy (one CTA per SM either way); two slots compile the same
-# (180,648 B); 64 keys: C7511 (every wgmma serialised) at 2-4 slots. Unmeasured on the GPU.
+# (180,648 B); 64 keys: C7511 (every wgmma serialised) at 2-4 slots. On the H200 (session 21,
+# one round) 2 slots took 0.97-1.01x the tile-level dQ's kernel time where 3 took 0.93-0.97x.
 _CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 3, 240), 128: (64, 128, 2, 240)}
+
+# Head dims where it runs by default (``FLASHTILE_GLUON_DQ`` unset or ``auto``): d=96, where the
+# tile-level dQ kernel pads the head dim to 128 (session 21: forward+backward kernels 0.83-0.94x
+# with it); d=64/128 add dQ in the dK/dV kernel by default (one pass).
+AHEAD = frozenset({96})
 
 
 @gluon.jit
@@ -288,8 +298,8 @@ def config(d: int) -> tuple[int, int, int, int]:
 
 
 def enabled() -> bool:
-    """Opt-in (``FLASHTILE_GLUON_DQ=1``): measured at par with the tile-level dQ kernel, which
-    runs otherwise."""
+    """Switched on: ``FLASHTILE_GLUON_DQ`` unset or ``auto`` (the head dims of :data:`AHEAD`)
+    or ``1`` (every covered call); ``0`` turns it off."""
     return gluon_switch_on("dq_hopper")
 
 
@@ -297,6 +307,8 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              params) -> bool:
     """True when this kernel can compute the call's dQ (see the module docstring)."""
     if not (enabled() and fwd_hopper.covers(q, k, v, params, _CONFIGS)):
+        return False
+    if gluon_switch("dq_hopper") == "auto" and q.shape[3] not in AHEAD:
         return False
     rows, keys = config(q.shape[3])[:2]
     return fwd_hopper.gradient_tiles_fit(dout, q, k, 2 * rows, keys)
