@@ -251,6 +251,77 @@ def test_o_leaves_through_p_only_when_it_must():
     assert not fwd_hopper.o_in_p(64, 64, 6, 128)     # too large, but P cannot hold O
 
 
+@pytest.mark.parametrize("d,causal,seqlen", [(128, False, 1024), (128, True, 2048),
+                                              (128, True, 1024), (64, False, 1024),
+                                              (64, True, 1024), (96, False, 1024),
+                                              (256, True, 1024)])
+def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
+    """``FLASHTILE_GLUON_FWD_P_REGS=1`` (opt-in) sends P_REGS to the kernel at d=64 and d=128
+    (wide and narrow tiles, either mask), with neither O through a P buffer nor an early
+    S_1; at d=96 and d=256 it is ignored. Unset, the launch is the default one. Runs on the
+    CPU: the launch is captured, not made."""
+    seen = gluon_launches(monkeypatch, run=False)
+    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
+        monkeypatch.delenv(variable, raising=False)
+    q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    metas = []
+    for value in (None, "1"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", value)
+        fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
+        ((role, _, meta),) = seen
+        seen.clear()
+        metas.append(meta)
+    default, asked = metas
+    assert not default["P_REGS"]
+    if d in (64, 128):
+        assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
+        assert {key: value for key, value in asked.items()
+                if key not in ("P_REGS", "O_IN_P", "EARLY_S1")} == \
+            {key: value for key, value in default.items()
+             if key not in ("P_REGS", "O_IN_P", "EARLY_S1")}
+    else:
+        assert asked == default
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "yes")
+    with pytest.raises(ValueError, match="must be 0, 1 or 'auto'"):
+        fwd_hopper.p_in_registers(128)
+
+
+def test_no_p_buffers_leave_room_for_o():
+    """Without P buffers (P in registers) O has a tile of its own at every d=64/128 config,
+    d=128's 128 keys x 2 slots included (192 KB)."""
+    for rows, keys, stages, d in (fwd_hopper._CONFIGS[128][:3] + (128,),
+                                  fwd_hopper._NARROW[128][:3] + (128,),
+                                  fwd_hopper._CONFIGS[64][:3] + (64,)):
+        assert not fwd_hopper.o_in_p(rows, keys, stages, d, p_tiles=0)
+        assert not fwd_hopper.o_in_q(rows, keys, stages, d, p_tiles=0)
+        assert fwd_hopper._bytes_apart(rows, keys, stages, d, 0) <= fwd_hopper.SHARED_BYTES
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
+@pytest.mark.parametrize("narrow", [False, True], ids=["default-tiles", "64x4"])
+def test_p_in_registers(gluon_calls, monkeypatch, shape, causal, dtype, narrow):
+    """P V's A operand from registers (``FLASHTILE_GLUON_FWD_P_REGS=1``, FA3's order; O
+    apart): 288 items over the SMs, a d=64 call, and items of one or two tiles (the branch
+    without a loop); d=128 also on 64 keys x 4 slots. Outputs (NaN-poisoned before the
+    launch) and gradients within budget, and the launch given P_REGS."""
+    b, s, hq, hkv, d = shape
+    if narrow and d != 128:
+        pytest.skip("the 64-key config is d=128's")
+    if narrow:
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,64,4,240")
+    else:
+        monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "1")
+    launches = gluon_launches(monkeypatch)
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    assert [meta["P_REGS"] for role, _, meta in launches if role == "fwd"] == [True]
+
+
 @pytest.mark.parametrize("config,where", [
     ((64, 128, 2, 128), "p"), ((64, 64, 4, 128), "apart"), ((64, 128, 4, 64), "apart"),
     ((64, 64, 2, 256), "q"), ((64, 32, 4, 256), "q"), ((64, 32, 3, 256), "q"),

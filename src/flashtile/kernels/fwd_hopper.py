@@ -68,6 +68,13 @@ and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 28
 374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); d=96's
 dK/dV runs in :mod:`.bwd_hopper`'s kernel in the same split tiles (its dQ in two passes).
 
+P in registers (opt-in, ``FLASHTILE_GLUON_FWD_P_REGS=1``, d=64 and d=128: :func:`p_in_registers`):
+P V takes P as wgmma's register A operand in FA3's order (issue S_{j+1}, issue P_j V_j,
+wait for S_{j+1}, softmax into P_{j+1}, wait for P_j V_j, discount O; :func:`_rs_softmax`),
+with no P buffers (O apart). Offline (sm_90a) it compiles with 14 waits for 72/96 HGMMA,
+none serialised, the whole softmax between the two waits, and no spills except d=128 causal
+at 128 keys x 2 slots (16 B outside the tile loop; the default spills 12 B there). Unmeasured.
+
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
 ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
@@ -334,10 +341,12 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
                   CAUSAL: gl.constexpr):
-    """Tile j's complete scores ``s``: masked, scaled to the log2 domain; the new row max, the
-    discount ``alpha`` of the earlier tiles, the new row sum, and P = exp2(s - m) stored
-    (fenced) to ``p_buf``, the shared-memory A operand of its P V. (As a register operand P
-    made ptxas serialise every wgmma: C7512.)"""
+    """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32: masked, scaled to the log2
+    domain; P = exp2(s - m) (fp32, the layout of ``s``), the new row max, the discount
+    ``alpha`` of the earlier tiles and the new row sum (``(rows,)`` each). P is stored
+    (fenced) to ``p_buf``, the shared-memory A operand of its P V, unless ``p_buf`` is None
+    (:func:`_rs_softmax`: P in registers; in session 9's schedule that made ptxas
+    serialise every wgmma, C7512)."""
     s = s * qk_scale
     if CAUSAL:
         if j >= n_unmasked:
@@ -347,9 +356,10 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, axis=1)
-    p_buf.store(p.to(p_buf.dtype))
-    fence_async_shared()
-    return m_new, alpha, l_i
+    if p_buf is not None:
+        p_buf.store(p.to(p_buf.dtype))
+        fence_async_shared()
+    return p, m_new, alpha, l_i
 
 
 @gluon.jit
@@ -359,8 +369,9 @@ def _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem, P0: gl.con
     previous item's O has left that consumer's second P buffer (``O_IN_P``)."""
     if O_IN_P:
         tma.store_wait(0)
-    return _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale, p_smem.index(P0),
-                         BLOCK_N, CAUSAL)
+    _p, m_new, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
+                                         p_smem.index(P0), BLOCK_N, CAUSAL)
+    return m_new, alpha, l_i
 
 
 @gluon.jit
@@ -415,6 +426,44 @@ def _pv_part(p_op, v_smem2, acc2, r, NUM_STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero, acc, r,
+                 NUM_STAGES: gl.constexpr):
+    """Tile r's products with P in registers (``P_REGS``, FA3's order): issue S_{r+1} = Q
+    K_{r+1}^T, then O += P_r V_r with ``p_op`` = P_r ``(rows, BLOCK_N)`` fp16/bf16 as wgmma's
+    register A operand; wait for S_{r+1} alone (P_r V_r stays in flight: it was issued last)
+    and free K_{r+1}. Returns S_{r+1} ``(rows, BLOCK_N)`` fp32, complete, and O's token."""
+    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, r + 1, NUM_STAGES)
+    acc = _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES)
+    s = warpgroup_mma_wait(1, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index((r + 1) % NUM_STAGES), count=1)
+    return s, acc
+
+
+@gluon.jit
+def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
+                NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                o_layout: gl.constexpr, p_layout: gl.constexpr):
+    """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
+    ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
+    wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
+    wait: wgmma reads its registers until then. Returns (P_j, O, row max, row sum).
+
+    ``anchor`` (shared, ``(rows,)`` fp32, never read): the new row sums are stored there
+    before the wait only to hold the softmax above it. ptxas otherwise hoists the wait
+    (nothing orders it after the exp2; in the shared-memory schedule the next S's issue
+    does) to just after the first row max, and the softmax no longer overlaps P V: offline,
+    the exp2 and conversions then followed the wait whatever the order written here. A
+    store is kept before the wait, and it needs every exp2 of the row sums."""
+    p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
+                                         BLOCK_N, CAUSAL)
+    anchor.store(l_i)
+    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+    mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
+    p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
+    return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
+
+
+@gluon.jit
 def _rescaled(acc, alpha, o_layout: gl.constexpr):
     """O discounted to the new row max."""
     return acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
@@ -463,7 +512,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
-             k_smem2, v_smem2, HEAD_D2: gl.constexpr):
+             k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, half
     ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
     on get the causal mask), read from the ring in the loader's order. Writes those rows of
@@ -479,9 +528,17 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
     rings of both consumers; ``o_smem2``), S sums both parts' products and O is two
     accumulators, ``acc`` (HEAD_D columns) and ``acc2`` (HEAD_D2), rescaled alike. Each
     wgmma is a commit group of its own, so S and P V are two groups each: waiting for P V
-    while S_{j+2} computes leaves 2 in flight, not 1."""
+    while S_{j+2} computes leaves 2 in flight, not 1.
+
+    ``P_REGS`` (opt-in, :func:`p_in_registers`; ``p_smem`` is then ``(2, BLOCK_M)`` fp32,
+    each consumer's store anchor, see :func:`_rs_softmax`): P stays in registers as P V's A
+    operand, in FA3's order per tile j (:func:`_rs_products`, :func:`_rs_softmax`): issue
+    S_{j+1}, issue P_j V_j, wait for S_{j+1} alone, softmax of S_{j+1} into P_{j+1}, wait
+    for P_j V_j, discount O. Live per thread: O 64 + S 64 + P_j and P_{j+1} 32 each (d=128,
+    128 keys)."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
     dtype: gl.constexpr = q_desc.dtype
     P0: gl.constexpr = 2 * HALF         # this consumer's two P buffers: P0, P0 + 1
     first, step = gl.program_id(0), gl.num_programs(0)
@@ -517,71 +574,96 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
                     q_desc2, q_smem2, HEAD_D2)
-        if not EARLY_S1:
-            m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
-                                             P0, BLOCK_N, CAUSAL, O_IN_P)
-        # Per tile j (P_j in its buffer, S_{j+1} in flight): issue P_j V_j; wait for S_{j+1}
-        # alone and run its softmax while P_j V_j computes (P_{j+1} into the other buffer);
-        # issue S_{j+2}; wait for P_j V_j alone and discount O while S_{j+2} computes. So the
-        # warpgroup's CUDA-core work overlaps both of its products. ``EARLY_S1``: S_1 is
-        # issued before the first softmax, so that one overlaps a product too.
-        if n_tiles > 1:
-            s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES, q_smem2,
-                             k_smem2)
-            if EARLY_S1:
-                m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale,
-                                                 p_smem, P0, BLOCK_N, CAUSAL, O_IN_P)
+        if P_REGS:
+            anchor = p_smem.index(HALF)     # (see _rs_softmax)
+            p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
+                                               None, BLOCK_N, CAUSAL)
+            p = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(n_tiles - 2):
+                s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                      s_zero, acc, it + j, NUM_STAGES)
+                p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                               qk_scale, v_empty, it + j, anchor, NUM_STAGES,
+                                               BLOCK_N, CAUSAL, o_layout, p_layout)
+            if n_tiles > 1:             # (peeled: its S is this Q's last)
+                j = n_tiles - 2
+                s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                      s_zero, acc, it + j, NUM_STAGES)
+                if more and not O_IN_Q:
+                    _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
+                            seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
+                p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                               qk_scale, v_empty, it + j, anchor, NUM_STAGES,
+                                               BLOCK_N, CAUSAL, o_layout, p_layout)
+            j = n_tiles - 1
+            acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
+            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+        else:
+            if not EARLY_S1:
+                m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
+                                                 P0, BLOCK_N, CAUSAL, O_IN_P)
+            # Per tile j (P_j in its buffer, S_{j+1} in flight): issue P_j V_j; wait for S_{j+1}
+            # alone and run its softmax while P_j V_j computes (P_{j+1} into the other buffer);
+            # issue S_{j+2}; wait for P_j V_j alone and discount O while S_{j+2} computes. So the
+            # warpgroup's CUDA-core work overlaps both of its products. ``EARLY_S1``: S_1 is
+            # issued before the first softmax, so that one overlaps a product too.
+            if n_tiles > 1:
+                s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + 1, NUM_STAGES, q_smem2,
+                                 k_smem2)
+                if EARLY_S1:
+                    m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale,
+                                                     p_smem, P0, BLOCK_N, CAUSAL, O_IN_P)
+                for j in range(n_tiles - 2):
+                    s = warpgroup_mma_wait(0, deps=(s_tok,))
+                    mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)  # K_{j+1}
+                    acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
+                    if HEAD_D2 > 0:
+                        acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j,
+                                        NUM_STAGES)
+                    _p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked,
+                                                         qk_scale, p_smem.index(P0 + (j + 1) % 2),
+                                                         BLOCK_N, CAUSAL)
+                    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + j + 2, NUM_STAGES,
+                                     q_smem2, k_smem2)
+                    if HEAD_D2 > 0:     # (S_{j+2}: two groups in flight)
+                        acc, acc2 = warpgroup_mma_wait(2, deps=(acc, acc2))
+                    else:
+                        acc = warpgroup_mma_wait(1, deps=(acc,))
+                    mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)  # V_j read
+                    acc = _rescaled(acc, alpha, o_layout)
+                    if HEAD_D2 > 0:
+                        acc2 = _rescaled(acc2, alpha, o2_layout)
+                    m_i = m_new
+                j = n_tiles - 2             # (no S_{j+2} to issue)
                 s = warpgroup_mma_wait(0, deps=(s_tok,))
-                mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)  # K_{j+1}
+                mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)
+                if more and not O_IN_Q:     # every S has read this Q: load the next item's
+                    _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
+                            seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
+                            q_desc2, q_smem2, HEAD_D2)
                 acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
                 if HEAD_D2 > 0:
-                    acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j,
-                                    NUM_STAGES)
-                m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked,
-                                                  qk_scale, p_smem.index(P0 + (j + 1) % 2),
-                                                  BLOCK_N, CAUSAL)
-                s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, it + j + 2, NUM_STAGES,
-                                 q_smem2, k_smem2)
-                if HEAD_D2 > 0:     # (S_{j+2}: two groups in flight)
-                    acc, acc2 = warpgroup_mma_wait(2, deps=(acc, acc2))
+                    acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
+                _p, m_i, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
+                                                   p_smem.index(P0 + (j + 1) % 2), BLOCK_N, CAUSAL)
+                if HEAD_D2 > 0:
+                    acc, acc2 = warpgroup_mma_wait(0, deps=(acc, acc2))
                 else:
-                    acc = warpgroup_mma_wait(1, deps=(acc,))
-                mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)  # V_j read
+                    acc = warpgroup_mma_wait(0, deps=(acc,))
+                mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
                 acc = _rescaled(acc, alpha, o_layout)
                 if HEAD_D2 > 0:
                     acc2 = _rescaled(acc2, alpha, o2_layout)
-                m_i = m_new
-            j = n_tiles - 2             # (no S_{j+2} to issue)
-            s = warpgroup_mma_wait(0, deps=(s_tok,))
-            mbarrier.arrive(k_empty.index((it + j + 1) % NUM_STAGES), count=1)
-            if more and not O_IN_Q:     # every S has read this Q: load the next item's
-                _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
-                        seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                        q_desc2, q_smem2, HEAD_D2)
+            elif EARLY_S1:
+                m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
+                                                 P0, BLOCK_N, CAUSAL, O_IN_P)
+            j = n_tiles - 1
             acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
             if HEAD_D2 > 0:
                 acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
-            m_i, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
-                                            p_smem.index(P0 + (j + 1) % 2), BLOCK_N, CAUSAL)
-            if HEAD_D2 > 0:
                 acc, acc2 = warpgroup_mma_wait(0, deps=(acc, acc2))
             else:
                 acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
-            acc = _rescaled(acc, alpha, o_layout)
-            if HEAD_D2 > 0:
-                acc2 = _rescaled(acc2, alpha, o2_layout)
-        elif EARLY_S1:
-            m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
-                                             P0, BLOCK_N, CAUSAL, O_IN_P)
-        j = n_tiles - 1
-        acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
-        if HEAD_D2 > 0:
-            acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
-            acc, acc2 = warpgroup_mma_wait(0, deps=(acc, acc2))
-        else:
-            acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
         _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
@@ -603,16 +685,22 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
-                       HEAD_D2: gl.constexpr = 0):
+                       HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
-    # read the second part), else the *_desc2 are None.
+    # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
-                                       _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
+    if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
+        gl.static_assert(not (O_IN_P or EARLY_S1 or HEAD_D2 > 0),
+                         "P in registers: no O through P, no early S_1, no split head dim")
+        p_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M],
+                                           gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    else:
+        p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
+                                           _p_layout(BLOCK_M, BLOCK_N, q_desc.dtype))
     if O_IN_P:      # O leaves through each consumer's second P buffer (see _consume)
         o0 = p_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
         o1 = p_smem.index(3)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
@@ -654,13 +742,13 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2)),
+                    v_smem2, HEAD_D2, P_REGS)),
         (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
                     q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2)),
+                    v_smem2, HEAD_D2, P_REGS)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
@@ -857,25 +945,40 @@ def early_s1(d: int, causal: bool) -> bool:
 SHARED_BYTES = 227 * 1024 - 1024
 
 
-def _bytes_apart(rows: int, keys: int, stages: int, d: int) -> int:
+def _bytes_apart(rows: int, keys: int, stages: int, d: int, p_tiles: int = 4) -> int:
     """A config's shared memory with O in tiles of its own (2-byte elements): Q and O
-    ``2 x (rows, d)``, K and V ``stages x (keys, d)``, four P ``(rows, keys)``."""
-    return 2 * (4 * rows * d + 2 * stages * keys * d + 4 * rows * keys)
+    ``2 x (rows, d)``, K and V ``stages x (keys, d)``, ``p_tiles`` P ``(rows, keys)`` (four,
+    or none with P in registers: :func:`p_in_registers`)."""
+    return 2 * (4 * rows * d + 2 * stages * keys * d + p_tiles * rows * keys)
 
 
-def o_in_p(rows: int, keys: int, stages: int, d: int) -> bool:
+def o_in_p(rows: int, keys: int, stages: int, d: int, p_tiles: int = 4) -> bool:
     """Whether O must leave through a P buffer for a config to fit in shared memory
     (:func:`_bytes_apart`); it can when a P buffer holds O (``keys >= d``), e.g. 128 keys x
-    2 slots at d=128 (256 KB with O apart, 224 KB through P)."""
-    return _bytes_apart(rows, keys, stages, d) > SHARED_BYTES and keys >= d
+    2 slots at d=128 (256 KB with O apart, 224 KB through P). Never without P buffers
+    (``p_tiles`` 0: they are what made O apart too large)."""
+    return p_tiles > 0 and _bytes_apart(rows, keys, stages, d, p_tiles) > SHARED_BYTES \
+        and keys >= d
 
 
-def o_in_q(rows: int, keys: int, stages: int, d: int) -> bool:
+def o_in_q(rows: int, keys: int, stages: int, d: int, p_tiles: int = 4) -> bool:
     """Whether O must leave through each consumer's Q tile: the config does not fit with O
-    apart and a P buffer cannot hold O (``keys < d``), e.g. 64 keys x 2 slots at d=256 (288
-    KB apart, 224 KB through Q). Its cost: an item's next Q loads once O has left the tile,
-    not while the item's last P V computes."""
-    return _bytes_apart(rows, keys, stages, d) > SHARED_BYTES and keys < d
+    apart and a P buffer cannot hold O (``keys < d``, or no P buffers), e.g. 64 keys x 2
+    slots at d=256 (288 KB apart, 224 KB through Q). Its cost: an item's next Q loads once O
+    has left the tile, not while the item's last P V computes."""
+    return _bytes_apart(rows, keys, stages, d, p_tiles) > SHARED_BYTES \
+        and (keys < d or p_tiles == 0)
+
+
+def p_in_registers(d: int) -> bool:
+    """Whether P stays in registers as the A operand of P V (the kernel's ``P_REGS``, in
+    FlashAttention-3's order per tile: issue S_{j+1}, issue P_j V_j, wait for S_{j+1},
+    softmax into P_{j+1}, wait for P_j V_j, discount O; see :func:`_consume`): opt-in,
+    ``FLASHTILE_GLUON_FWD_P_REGS=1`` (unset, ``auto`` or ``0``: P through shared memory).
+    Built for d=64 and d=128 only (elsewhere ignored: d=96's split head dim would need P for
+    two products, d=256's 128 registers of O leave no room for two P). It needs no P
+    buffers (O apart then, at the default configs) and no early S_1. Unmeasured on the GPU."""
+    return env_forced("FLASHTILE_GLUON_FWD_P_REGS") is True and d in (64, 128)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -886,6 +989,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     block_m, block_n, stages, regs = config(d, sk, causal(params))
+    p_regs = p_in_registers(d)
+    p_tiles = 0 if p_regs else 4
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
@@ -903,7 +1008,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              HEAD_D2=head_parts(d)[1], NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
-             O_IN_P=o_in_p(block_m, block_n, stages, d),
-             O_IN_Q=o_in_q(block_m, block_n, stages, d),
-             EARLY_S1=early_s1(d, causal(params))),
+             O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
+             O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
+             EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs),
         part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
