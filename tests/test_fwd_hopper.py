@@ -205,11 +205,13 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
                                              (256, False, False), (256, True, False),
                                              (96, False, False), (96, True, False)])
 def test_first_softmax_rule_by_head_dim_and_mask(monkeypatch, d, causal, early):
-    """S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128 without a
-    mask (:func:`fwd_hopper.early_s1`, measured per case) and at d=256 and d=96 (it spills
-    there, offline). Runs on the CPU: the launch is captured, not made."""
+    """With P through shared memory (``FLASHTILE_GLUON_FWD_P_REGS=0`` at d=64/128; d=96 and
+    d=256 always), S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128
+    without a mask (:func:`fwd_hopper.early_s1`, measured per case) and at d=256 and d=96 (it
+    spills there, offline). Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_EARLY_S1", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "0")
     q, k, v = (torch.randn(1, 512, 2, d, dtype=torch.bfloat16) for _ in range(3))
     params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 512))
@@ -229,10 +231,11 @@ def test_first_softmax_switch_and_bad_value(monkeypatch):
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64)])
 @pytest.mark.parametrize("early", ["0", "1"])
 def test_first_softmax_either_side_of_s1(gluon_calls, monkeypatch, shape, causal, dtype, early):
-    """Both schedules of an item's start (``FLASHTILE_GLUON_FWD_EARLY_S1``; causal items of
-    one tile take the branch without S_1): outputs and gradients within budget, and the
-    launch given the schedule asked for."""
+    """Both schedules of an item's start with P through shared memory
+    (``FLASHTILE_GLUON_FWD_EARLY_S1``; causal items of one tile take the branch without S_1):
+    outputs and gradients within budget, and the launch given the schedule asked for."""
     launches = gluon_launches(monkeypatch)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "0")
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_EARLY_S1", early)
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
@@ -256,17 +259,18 @@ def test_o_leaves_through_p_only_when_it_must():
                                               (64, True, 1024), (96, False, 1024),
                                               (256, True, 1024)])
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
-    """``FLASHTILE_GLUON_FWD_P_REGS=1`` (opt-in) sends P_REGS to the kernel at d=64 and d=128
-    (wide and narrow tiles, either mask), with neither O through a P buffer nor an early
-    S_1; at d=96 and d=256 it is ignored. Unset, the launch is the default one. Runs on the
-    CPU: the launch is captured, not made."""
+    """P in registers (``P_REGS``) is the default at d=64 and d=128 (unset, ``auto`` or
+    ``1``; wide and narrow tiles, either mask), with neither O through a P buffer nor an early
+    S_1; ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory, the launch otherwise the
+    same. At d=96 and d=256 the variable is ignored. Runs on the CPU: the launch is captured,
+    not made."""
     seen = gluon_launches(monkeypatch, run=False)
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
         monkeypatch.delenv(variable, raising=False)
     q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
     params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
     metas = []
-    for value in (None, "1"):
+    for value in (None, "auto", "1", "0"):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
         else:
@@ -275,16 +279,17 @@ def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
         ((role, _, meta),) = seen
         seen.clear()
         metas.append(meta)
-    default, asked = metas
-    assert not default["P_REGS"]
+    default, auto, asked, smem = metas
+    assert default == auto == asked
+    assert not smem["P_REGS"]
     if d in (64, 128):
         assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
         assert {key: value for key, value in asked.items()
                 if key not in ("P_REGS", "O_IN_P", "EARLY_S1")} == \
-            {key: value for key, value in default.items()
+            {key: value for key, value in smem.items()
              if key not in ("P_REGS", "O_IN_P", "EARLY_S1")}
     else:
-        assert asked == default
+        assert asked == smem
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "yes")
     with pytest.raises(ValueError, match="must be 0, 1 or 'auto'"):
         fwd_hopper.p_in_registers(128)
@@ -303,11 +308,13 @@ def test_no_p_buffers_leave_room_for_o():
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
 @pytest.mark.parametrize("narrow", [False, True], ids=["default-tiles", "64x4"])
-def test_p_in_registers(gluon_calls, monkeypatch, shape, causal, dtype, narrow):
-    """P V's A operand from registers (``FLASHTILE_GLUON_FWD_P_REGS=1``, FA3's order; O
-    apart): 288 items over the SMs, a d=64 call, and items of one or two tiles (the branch
-    without a loop); d=128 also on 64 keys x 4 slots. Outputs (NaN-poisoned before the
-    launch) and gradients within budget, and the launch given P_REGS."""
+@pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers", "p-in-shared"])
+def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, narrow, p_regs):
+    """P V's A operand from registers (the default at d=64/128, FA3's order; O apart) and
+    from shared memory (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64
+    call, and items of one or two tiles (the branch without a loop); d=128 also on 64 keys x
+    4 slots. Outputs (NaN-poisoned before the launch) and gradients within budget, and the
+    launch given P_REGS."""
     b, s, hq, hkv, d = shape
     if narrow and d != 128:
         pytest.skip("the 64-key config is d=128's")
@@ -315,11 +322,11 @@ def test_p_in_registers(gluon_calls, monkeypatch, shape, causal, dtype, narrow):
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,64,4,240")
     else:
         monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", p_regs)
     launches = gluon_launches(monkeypatch)
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
-    assert [meta["P_REGS"] for role, _, meta in launches if role == "fwd"] == [True]
+    assert [meta["P_REGS"] for role, _, meta in launches if role == "fwd"] == [p_regs == "1"]
 
 
 @pytest.mark.parametrize("config,where", [

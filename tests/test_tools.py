@@ -79,18 +79,24 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
     d=256 dK/dV kernel (the consumers split the head dim, kernels/bwd256_hopper.py) and the
     d=256 dQ kernel (likewise, kernels/dq256_hopper.py); d=96: the Gluon forward, dK/dV and dQ
     kernels, the head dim in two parts of 64 and 32 columns (the forward 14 waits for 132
-    HGMMA offline: S in 4 + 2, P V in 8 + 8 per tile; dK/dV 8 for 80; dQ 8 for 112: S and dP
+    HGMMA offline: S in 4 + 2, P V in 8 + 8 per tile; dK/dV 8 for 112; dQ 8 for 112: S and dP
     in 4 + 2 each, dQ in 8 + 8), dK/dV without its one pass. At d=256 the d=64/96/128 dK/dV
-    and dQ kernels have no config and are skipped. Each compiles for sm_90a with no spills and its wgmmas
-    asynchronous, in the shared memory of one H200 SM."""
+    and dQ kernels have no config and are skipped. Each compiles for sm_90a with its wgmmas
+    asynchronous, in the shared memory of one H200 SM, and with no spills except d=96's dK/dV
+    kernel at 64 queries per tile (28 B unmasked, 76 B causal: item-level scalars outside the
+    tile loop; measured 7-11% faster than 32 queries all the same, kernels/bwd_hopper.py),
+    held under 128 B here."""
+    # (the script exits 1 on any spill: d=96 dK/dV's allowance is checked below)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d),
-               *([mask] if mask == "--causal" else []))
+               *([mask] if mask == "--causal" else []), ok=(0, 1) if d == 96 else (0,))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
     assert set(lines) == kernels, out
     assert ("skipped dq_hopper" in out) == (d == 256), out
     assert ("skipped bwd_hopper" if d == 256 else "skipped the one-pass dkdv") in out, out
-    for line in lines.values():
-        assert " 0 bytes spill stores" in line and "C75" not in line, line
+    for name, line in lines.items():
+        spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
+        assert spill <= (128 if (d, name) == (96, "gluon dkdv") else 0), line
+        assert "C75" not in line, line
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
         n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
                                                        .split("wgmma waits:")[1]

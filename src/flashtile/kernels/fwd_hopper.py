@@ -68,12 +68,19 @@ and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 28
 374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); d=96's
 dK/dV runs in :mod:`.bwd_hopper`'s kernel in the same split tiles (its dQ in two passes).
 
-P in registers (opt-in, ``FLASHTILE_GLUON_FWD_P_REGS=1``, d=64 and d=128: :func:`p_in_registers`):
-P V takes P as wgmma's register A operand in FA3's order (issue S_{j+1}, issue P_j V_j,
-wait for S_{j+1}, softmax into P_{j+1}, wait for P_j V_j, discount O; :func:`_rs_softmax`),
-with no P buffers (O apart). Offline (sm_90a) it compiles with 14 waits for 72/96 HGMMA,
+P in registers (d=64 and d=128, by default since session 21: :func:`p_in_registers`): P V
+takes P as wgmma's register A operand in FA3's order (issue S_{j+1}, issue P_j V_j, wait for
+S_{j+1}, softmax into P_{j+1}, wait for P_j V_j, discount O; :func:`_rs_softmax`), with no P
+buffers (O apart). Per tile and consumer that drops the 16 KB store of P, its fence and the
+16 KB that the wgmma read back from shared memory (about a quarter of the kernel's
+shared-memory traffic at d=128). Offline (sm_90a) it compiles with 14 waits for 72/96 HGMMA,
 none serialised, the whole softmax between the two waits, and no spills except d=128 causal
-at 128 keys x 2 slots (16 B outside the tile loop; the default spills 12 B there). Unmeasured.
+at 128 keys x 2 slots (16 B outside the tile loop; P through shared memory spills 12 B
+there). On the H200 (session 21, one round against two of P through shared memory, bf16,
+1k/4k/16k) kernel time fell by 3.6-9.2% at d=128, causal or not (4k unmasked: 567-572 ->
+671 TFLOP/s, 1.10x cuDNN in the same run), and by 2.8-6% at d=64 unmasked.
+``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory as before (the session-11 path,
+which d=96 and d=256 keep).
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -530,8 +537,9 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
     wgmma is a commit group of its own, so S and P V are two groups each: waiting for P V
     while S_{j+2} computes leaves 2 in flight, not 1.
 
-    ``P_REGS`` (opt-in, :func:`p_in_registers`; ``p_smem`` is then ``(2, BLOCK_M)`` fp32,
-    each consumer's store anchor, see :func:`_rs_softmax`): P stays in registers as P V's A
+    ``P_REGS`` (d=64/128 by default, :func:`p_in_registers`; ``p_smem`` is then
+    ``(2, BLOCK_M)`` fp32, each consumer's store anchor, see :func:`_rs_softmax`): P stays in
+    registers as P V's A
     operand, in FA3's order per tile j (:func:`_rs_products`, :func:`_rs_softmax`): issue
     S_{j+1}, issue P_j V_j, wait for S_{j+1} alone, softmax of S_{j+1} into P_{j+1}, wait
     for P_j V_j, discount O. Live per thread: O 64 + S 64 + P_j and P_{j+1} 32 each (d=128,
@@ -973,12 +981,13 @@ def o_in_q(rows: int, keys: int, stages: int, d: int, p_tiles: int = 4) -> bool:
 def p_in_registers(d: int) -> bool:
     """Whether P stays in registers as the A operand of P V (the kernel's ``P_REGS``, in
     FlashAttention-3's order per tile: issue S_{j+1}, issue P_j V_j, wait for S_{j+1},
-    softmax into P_{j+1}, wait for P_j V_j, discount O; see :func:`_consume`): opt-in,
-    ``FLASHTILE_GLUON_FWD_P_REGS=1`` (unset, ``auto`` or ``0``: P through shared memory).
-    Built for d=64 and d=128 only (elsewhere ignored: d=96's split head dim would need P for
-    two products, d=256's 128 registers of O leave no room for two P). It needs no P
-    buffers (O apart then, at the default configs) and no early S_1. Unmeasured on the GPU."""
-    return env_forced("FLASHTILE_GLUON_FWD_P_REGS") is True and d in (64, 128)
+    softmax into P_{j+1}, wait for P_j V_j, discount O; see :func:`_consume`): by default at
+    d=64 and d=128 (kernel time -3.6% to -9.2% at d=128, session 21);
+    ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory instead. Built for d=64 and
+    d=128 only (elsewhere ignored: d=96's split head dim would need P for two products,
+    d=256's 128 registers of O leave no room for two P). It needs no P buffers (O apart then,
+    at the default configs) and no early S_1."""
+    return env_forced("FLASHTILE_GLUON_FWD_P_REGS") is not False and d in (64, 128)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
