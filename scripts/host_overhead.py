@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import inspect
 import os
 import pstats
 import sys
@@ -202,12 +203,21 @@ def pieces(calls: int, rounds: int, heads: int) -> int:
         "bwd alone (kernels.backward)": lambda: impl.backward(dout, qd, kd, vd, out, lse,
                                                              params),
         "  plans.call_key": lambda: plans.call_key(qd, kd, vd, params),
+        "  plans.params_tensors": lambda: plans.params_tensors(params, qd.device),
         "  gluon_settings (bwd's 4 modules)": lambda: common.gluon_settings(qd.device,
                                                                            bwd_modules),
         "  plans.enabled": plans.enabled,
         "  bwd plan.replay": lambda: bwd_plan.replay(inputs, qd.device),
         "  torch.empty (dq's shape)": lambda: torch.empty(shape, dtype=torch.bfloat16),
     }
+    if "planned" in inspect.signature(impl.forward).parameters:
+        # (the backward through autograd starts its plan key from its forward's)
+        planned: dict = {}
+        impl.forward(qd, kd, vd, params, planned)
+        calls_by_name["bwd alone, key from the forward"] = lambda: impl.backward(
+            dout, qd, kd, vd, out, lse, params, planned=planned)
+        calls_by_name["  plans.backward_key"] = lambda: plans.backward_key(planned, qd, kd, vd,
+                                                                          params)
     times: dict[str, list[float]] = {name: [] for name in calls_by_name}
     for _ in range(rounds):
         for name, fn in calls_by_name.items():
@@ -527,6 +537,25 @@ def _with_env(call, env: dict):
     return run
 
 
+def _backward_env_call(q, k, v, dout, kw, env: dict):
+    """A flash_attn_func forward + backward with the environment variables ``env`` set for
+    the backward only: the backward's plan key starts from its forward's
+    (``plans.backward_key``), but what it launches must follow its own settings."""
+    import flashtile
+
+    def call():
+        torch.manual_seed(0)
+        out = flashtile.flash_attn_func(q, k, v, **kw)
+        os.environ.update(env)
+        try:
+            torch.autograd.grad(out, (q, k, v), dout)
+        finally:
+            for var in env:
+                os.environ.pop(var)
+    call.tensors = [q, k, v, dout]
+    return call
+
+
 def check_gluon_plans(launches) -> int:
     """The same for forward + backward calls that take the Gluon kernels (the CPU stands in
     for sm_90 in their checks; the Gluon dQ kernel switched on in some): their launches are
@@ -568,6 +597,13 @@ def check_gluon_plans(launches) -> int:
                 launches, _dense_call(q, k, v, dout, kw),
                 _with_env(_dense_call(q, k, v, dout, {**kw, **change}), env),
                 f"gluon plans fwd+bwd, one argument changed ({name})")
+        # (switches changed between a forward and its backward: the backward follows its own)
+        for name, env in {"Gluon dQ switched on": dq_on,
+                          "Gluon dK/dV switched off": {"FLASHTILE_GLUON_BWD": "0"}}.items():
+            failures += _replays_like_full(
+                launches, _dense_call(q, k, v, dout, kw),
+                _backward_env_call(q, k, v, dout, kw, env),
+                f"gluon plans fwd+bwd, changed for the backward only ({name})")
     finally:
         common.is_sm90 = fwd_hopper.is_sm90 = real
     return failures
