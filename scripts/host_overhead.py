@@ -370,6 +370,21 @@ def _dense_call(q, k, v, dout, kw, seed=0):
     return call
 
 
+def _repacked_call(q, k, v, dout, kw):
+    """:func:`_dense_call` with every tensor its forward saves for the backward packed as a
+    contiguous copy (a saved-tensor hook, as activation offloading installs)."""
+    import flashtile
+
+    def call():
+        torch.manual_seed(0)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().contiguous(),
+                                                      lambda t: t):
+            out = flashtile.flash_attn_func(q, k, v, **kw)
+        torch.autograd.grad(out, (q, k, v), dout)
+    call.tensors = [q, k, v, dout]
+    return call
+
+
 def check_dense_plans(launches, seen) -> int:
     """The same for ``flash_attn_func`` forward + backward (4 launches: forward, D rows,
     dK/dV, dQ) over shapes and flags (dropout too: torch's seed is reset before each call, so
@@ -395,6 +410,11 @@ def check_dense_plans(launches, seen) -> int:
     drop = {**kw, "dropout_p": 0.1}
     pairs["dropout seed"] = make(q, k, v, dout, drop, seed=0), make(q, k, v, dout, drop, seed=1)
     pairs["seqlen"] = make(q, k, v, dout, kw), make(*inputs("plain", s=320))
+    # A saved-tensor hook hands the backward other tensors than the forward's (here copies,
+    # contiguous where k was not): its plan key must be theirs, not the forward's.
+    tq, tk, tv, tdout, tkw = inputs("transposed k")
+    pairs["saved tensors repacked contiguous"] = (make(tq, tk, tv, tdout, tkw),
+                                                  _repacked_call(tq, tk, tv, tdout, tkw))
     for name, (base, changed) in pairs.items():
         failures += _replays_like_full(launches, base, changed,
                                        f"plans fwd+bwd, one argument changed ({name})")

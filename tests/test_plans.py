@@ -380,8 +380,9 @@ def test_a_backward_starts_its_key_from_its_forwards(monkeypatch):
 
 def test_autograd_hands_the_forwards_planned_to_its_backward(monkeypatch):
     """The Triton launchers' forward gets a ``planned`` dict and the same call's backward gets
-    that very dict; results are those of the launchers called
-    without it."""
+    that very dict, unless autograd hands the backward other tensors than the forward's
+    (saved-tensor hooks) or the forward's at other addresses (a ``.data`` swap): then None
+    (a key afresh). Results are those of the launchers called without it."""
     from flashtile import kernels
 
     seen = []
@@ -405,6 +406,19 @@ def test_autograd_hands_the_forwards_planned_to_its_backward(monkeypatch):
     finally:
         flashtile.set_backend(None)
     assert len(seen) == 2 and isinstance(seen[0], dict) and seen[1] is seen[0]
+    flashtile.set_backend("triton")
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            hooked = flashtile.flash_attn_func(q, k, v, causal=True)
+        torch.autograd.grad(hooked, (q, k, v), dout)
+        swapped = flashtile.flash_attn_func(q, k, v, causal=True)
+        with torch.no_grad():
+            k.data = k.data.clone()
+        torch.autograd.grad(swapped, (q, k, v), dout)
+    finally:
+        flashtile.set_backend(None)
+    assert isinstance(seen[2], dict) and seen[3] is None
+    assert isinstance(seen[4], dict) and seen[5] is None
     from flashtile.interface import _flash_params
     params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
     want_out, lse = real_forward(q.detach(), k.detach(), v.detach(), params)

@@ -112,10 +112,11 @@ def call_key(q, k, v, params) -> tuple | None:
 
 def backward_key(planned: dict | None, q, k, v, params) -> tuple[tuple | None, dict | None]:
     """A backward's :func:`call_key` and :func:`params_tensors`, taken from its forward's when
-    it made them: ``planned`` is what :func:`flashtile.kernels.fwd.forward` left there (the
-    autograd layer hands it from the forward to the backward of one call, whose q, k, v and
-    params are the very same objects, so :func:`call_key` would give the same value; only the
-    current CUDA device is read anew, as the backward runs on the autograd engine's thread).
+    it made them: ``planned`` is what :func:`flashtile.kernels.fwd.forward` left there. The
+    autograd layer hands it from the forward to the backward of one call only when autograd
+    gives the backward the forward's own q, k and v at their addresses (no saved-tensor hook
+    replaced them), with the same params: :func:`call_key` would then give the same value;
+    only the current CUDA device is read anew, as the backward runs on the engine's thread.
     Saves a key's signatures and the named tensors' dict on each backward (~5 us on the
     development CPU, more on the H200's host, session 18).
 
