@@ -9,17 +9,21 @@ over many calls, with a cProfile breakdown of the top functions.
 
     python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex|varlen] [--cache N] [--tma]
         [--profile] [--gpu] [--gluon] [--check-plans [decode|dense|gluon]]
+    python3 scripts/host_overhead.py --pieces [--calls N] [--rounds R] [--heads H]
 
 ``flex``: ``flex_attention`` forward+backward with a 50% random block mask; ``varlen``:
 ``flash_attn_varlen_func`` forward+backward over 4 packed sequences (512 tokens).
 ``--gluon``: the CPU stands in for an sm_90 GPU in the Gluon kernels' checks too, so fwd and
 fwdbwd take the Gluon kernels where a Hopper call would (their launches no-ops as well).
+``--pieces`` (implies ``--gluon``): the pieces of a planned forward+backward's host path, each
+timed alone in turn with the others (:func:`pieces`), medians of ``--rounds``.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import inspect
 import os
 import pstats
 import sys
@@ -66,7 +70,17 @@ def main() -> int:
                         "the Gluon kernels) equal the ones the full path makes, over a set of "
                         "call variants; one part, or all")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--pieces", action="store_true",
+                   help="time the pieces of a planned forward+backward (Gluon on sm_90 stood "
+                        "in for), each alone, in --rounds rounds")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--heads", type=int, default=16,
+                   help="--pieces: query/KV heads of the (1, 128, H, 128) bf16 causal step "
+                        "(the host path does not depend on it; the one pass's final copy "
+                        "computes on the CPU, so fewer heads keep it from dominating)")
     args = p.parse_args()
+    if args.pieces:
+        args.gluon = True
 
     dev = "cuda" if args.gpu else "cpu"
     if not args.gpu:
@@ -80,6 +94,8 @@ def main() -> int:
         from flashtile.kernels import common, fwd_hopper
         common.is_sm90 = fwd_hopper.is_sm90 = lambda device: True
 
+    if args.pieces:
+        return pieces(args.calls, args.rounds, args.heads)
     if args.check_plans:
         return check_plans("decode dense gluon" if args.check_plans == "all"
                            else args.check_plans)
@@ -150,6 +166,74 @@ def main() -> int:
             step()
         prof.disable()
         pstats.Stats(prof).sort_stats(os.environ.get("PROFILE_SORT", "cumulative")).print_stats(25)
+    return 0
+
+
+def pieces(calls: int, rounds: int, heads: int) -> int:
+    """The host path of a planned forward+backward, piece by piece (the step of
+    ``--what fwdbwd`` with ``heads`` heads; the Gluon kernels' sm_90 check stood in for, every
+    launch a no-op). Each piece is timed over ``calls`` calls after a warm-up, all pieces in
+    turn, ``rounds`` times; the median and every round are printed (us per call). On the
+    H200's host Python runs 3-5x slower, and 1.4-1.7x slower again on the autograd engine's
+    thread (docs/perf.md, session 18): compare pieces, not absolute times."""
+    import flashtile
+    from flashtile.autograd import _impl
+    from flashtile.interface import _flash_params
+    from flashtile.kernels import bwd, common, plans
+
+    shape = (1, 128, heads, 128)
+    q, k, v = (torch.randn(shape, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(shape, dtype=torch.bfloat16)
+    params, backend = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    impl = _impl(backend, params)
+    qd, kd, vd = q.detach(), k.detach(), v.detach()
+    out, lse = impl.forward(qd, kd, vd, params)
+    graph = flashtile.flash_attn_func(q, k, v, causal=True)      # (backward replayed on it)
+    torch.autograd.grad(flashtile.flash_attn_func(q, k, v, causal=True), (q, k, v), dout)
+    bwd_modules = ("bwd_hopper", "dq_hopper", "bwd256_hopper", "dq256_hopper")
+    bwd_plan = list(bwd._PLANS.plans.values())[-1]
+    inputs = {"q": qd, "k": kd, "v": vd, "dout": dout, "out": out, "lse": lse,
+              "dq_acc": bwd._dummy(qd.device), **plans.params_tensors(params, qd.device)}
+    calls_by_name = {
+        "fwd+bwd (autograd.grad)": lambda: torch.autograd.grad(
+            flashtile.flash_attn_func(q, k, v, causal=True), (q, k, v), dout),
+        "fwd, with grad": lambda: flashtile.flash_attn_func(q, k, v, causal=True),
+        "bwd through the engine (retain_graph)": lambda: torch.autograd.grad(
+            graph, (q, k, v), dout, retain_graph=True),
+        "bwd alone (kernels.backward)": lambda: impl.backward(dout, qd, kd, vd, out, lse,
+                                                             params),
+        "  plans.call_key": lambda: plans.call_key(qd, kd, vd, params),
+        "  plans.params_tensors": lambda: plans.params_tensors(params, qd.device),
+        "  gluon_settings (bwd's 4 modules)": lambda: common.gluon_settings(qd.device,
+                                                                           bwd_modules),
+        "  plans.enabled": plans.enabled,
+        "  bwd plan.replay": lambda: bwd_plan.replay(inputs, qd.device),
+        "  torch.empty (dq's shape)": lambda: torch.empty(shape, dtype=torch.bfloat16),
+    }
+    if "planned" in inspect.signature(impl.forward).parameters:
+        # (the backward through autograd starts its plan key from its forward's)
+        planned: dict = {}
+        impl.forward(qd, kd, vd, params, planned)
+        calls_by_name["bwd alone, key from the forward"] = lambda: impl.backward(
+            dout, qd, kd, vd, out, lse, params, planned=planned)
+        calls_by_name["  plans.backward_key"] = lambda: plans.backward_key(planned, qd, kd, vd,
+                                                                          params)
+    times: dict[str, list[float]] = {name: [] for name in calls_by_name}
+    for _ in range(rounds):
+        for name, fn in calls_by_name.items():
+            for _ in range(min(calls, 20)):
+                fn()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    print(f"host time per call on the CPU stand-in, median of {rounds} rounds of {calls} "
+          f"(step (1, 128, {heads}, 128) bf16 causal; triton {triton.__version__}, torch "
+          f"{torch.__version__}):")
+    width = max(map(len, times))
+    for name, runs in times.items():
+        runs_text = " ".join(f"{t:.1f}" for t in runs)
+        print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
     return 0
 
 
@@ -286,6 +370,21 @@ def _dense_call(q, k, v, dout, kw, seed=0):
     return call
 
 
+def _repacked_call(q, k, v, dout, kw):
+    """:func:`_dense_call` with every tensor its forward saves for the backward packed as a
+    contiguous copy (a saved-tensor hook, as activation offloading installs)."""
+    import flashtile
+
+    def call():
+        torch.manual_seed(0)
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().contiguous(),
+                                                      lambda t: t):
+            out = flashtile.flash_attn_func(q, k, v, **kw)
+        torch.autograd.grad(out, (q, k, v), dout)
+    call.tensors = [q, k, v, dout]
+    return call
+
+
 def check_dense_plans(launches, seen) -> int:
     """The same for ``flash_attn_func`` forward + backward (4 launches: forward, D rows,
     dK/dV, dQ) over shapes and flags (dropout too: torch's seed is reset before each call, so
@@ -311,6 +410,11 @@ def check_dense_plans(launches, seen) -> int:
     drop = {**kw, "dropout_p": 0.1}
     pairs["dropout seed"] = make(q, k, v, dout, drop, seed=0), make(q, k, v, dout, drop, seed=1)
     pairs["seqlen"] = make(q, k, v, dout, kw), make(*inputs("plain", s=320))
+    # A saved-tensor hook hands the backward other tensors than the forward's (here copies,
+    # contiguous where k was not): its plan key must be theirs, not the forward's.
+    tq, tk, tv, tdout, tkw = inputs("transposed k")
+    pairs["saved tensors repacked contiguous"] = (make(tq, tk, tv, tdout, tkw),
+                                                  _repacked_call(tq, tk, tv, tdout, tkw))
     for name, (base, changed) in pairs.items():
         failures += _replays_like_full(launches, base, changed,
                                        f"plans fwd+bwd, one argument changed ({name})")
@@ -453,6 +557,25 @@ def _with_env(call, env: dict):
     return run
 
 
+def _backward_env_call(q, k, v, dout, kw, env: dict):
+    """A flash_attn_func forward + backward with the environment variables ``env`` set for
+    the backward only: the backward's plan key starts from its forward's
+    (``plans.backward_key``), but what it launches must follow its own settings."""
+    import flashtile
+
+    def call():
+        torch.manual_seed(0)
+        out = flashtile.flash_attn_func(q, k, v, **kw)
+        os.environ.update(env)
+        try:
+            torch.autograd.grad(out, (q, k, v), dout)
+        finally:
+            for var in env:
+                os.environ.pop(var)
+    call.tensors = [q, k, v, dout]
+    return call
+
+
 def check_gluon_plans(launches) -> int:
     """The same for forward + backward calls that take the Gluon kernels (the CPU stands in
     for sm_90 in their checks; the Gluon dQ kernel switched on in some): their launches are
@@ -494,6 +617,13 @@ def check_gluon_plans(launches) -> int:
                 launches, _dense_call(q, k, v, dout, kw),
                 _with_env(_dense_call(q, k, v, dout, {**kw, **change}), env),
                 f"gluon plans fwd+bwd, one argument changed ({name})")
+        # (switches changed between a forward and its backward: the backward follows its own)
+        for name, env in {"Gluon dQ switched on": dq_on,
+                          "Gluon dK/dV switched off": {"FLASHTILE_GLUON_BWD": "0"}}.items():
+            failures += _replays_like_full(
+                launches, _dense_call(q, k, v, dout, kw),
+                _backward_env_call(q, k, v, dout, kw, env),
+                f"gluon plans fwd+bwd, changed for the backward only ({name})")
     finally:
         common.is_sm90 = fwd_hopper.is_sm90 = real
     return failures

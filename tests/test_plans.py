@@ -289,8 +289,9 @@ def test_a_replayed_gluon_launch_encodes_each_address_once(monkeypatch):
     """A replayed Gluon launch calls Triton's C launcher itself, with each TMA descriptor
     encoded once per tensor address (Triton's own wrapper, :func:`triton.backends.nvidia.
     driver.wrap_handle_tensordesc`, encodes every one on every launch): the launcher gets
-    exactly the arguments that wrapper would give it, and a new address is encoded anew.
-    Encoding is stubbed (no GPU): it returns the address it was given."""
+    exactly the arguments that wrapper would give it (two descriptors, each expanded in
+    place), and a new address is encoded anew. Encoding is stubbed (no GPU): it returns the
+    address it was given."""
     from types import SimpleNamespace
 
     nv = pytest.importorskip("triton.backends.nvidia.driver")
@@ -304,9 +305,10 @@ def test_a_replayed_gluon_launch_encodes_each_address_once(monkeypatch):
     monkeypatch.setattr(nv, "make_tensordesc_arg", encode)
     monkeypatch.setattr(plans, "make_tensordesc_arg", encode)
     sent = []
-    signature = {"desc": "tensordesc<bf16[8,4]>", "LSE": "*fp32", "n": "i32"}
+    signature = {"desc": "tensordesc<bf16[8,4]>", "desc2": "tensordesc<bf16[8,4]>",
+                 "LSE": "*fp32", "n": "i32"}
     wrapper = nv.wrap_handle_tensordesc(lambda *a: sent.append(a), signature,
-                                        [{"swizzle": 128}])
+                                        [{"swizzle": 128}, {"swizzle": 64}])
     launcher = SimpleNamespace(launch=wrapper, global_scratch_size=0, profile_scratch_size=0,
                                launch_cooperative_grid=False, launch_pdl=True)
     compiled = SimpleNamespace(function="fn", packed_metadata="meta", run=launcher)
@@ -317,19 +319,108 @@ def test_a_replayed_gluon_launch_encodes_each_address_once(monkeypatch):
                            run=lambda *a, **kw: SimpleNamespace(result=lambda: compiled))
     monkeypatch.setattr(plans, "driver", SimpleNamespace(active=SimpleNamespace(
         get_current_device=lambda: 0, get_current_stream=lambda device: "stream")))
-    q, lse = torch.zeros(8, 4), torch.zeros(8)
+    q, lse, k = torch.zeros(8, 4), torch.zeros(8), torch.zeros(8, 4)
     desc = SimpleNamespace(shape=[8, 4], strides=[4, 1], padding="zero")
     rec = plans.Recorder()
-    rec.add_gluon(fake, (2,), [desc], ((q, 8),), (lse, 5), {}, "fwd", "gluon 8x4")
-    made = rec.plan({"q": q, "lse": lse}, ("lse",), ("lse",))
+    rec.add_gluon(fake, (2,), [desc, desc], ((q, 8), (k, 8)), (lse, 5), {}, "fwd",
+                  "gluon 8x4")
+    made = rec.plan({"q": q, "k": k, "lse": lse}, ("lse",), ("lse",))
     assert made.launches[0].direct is not None
     q2, q3 = torch.ones(8, 4), torch.ones(8, 4)
     for tensor in (q2, q2, q3, q2):
-        (lse2,) = made.replay({"q": tensor}, torch.device("cpu"))
+        (lse2,) = made.replay({"q": tensor, "k": k}, torch.device("cpu"))
         got, by_replays = sent.pop(), len(encoded)
         wrapper(2, 1, 1, "stream", "fn", False, True, None, None, "meta", None, None, None,
-                plans.Tma(tensor, [8, 4], [4, 1], "zero"), lse2, 5)
+                plans.Tma(tensor, [8, 4], [4, 1], "zero"), plans.Tma(k, [8, 4], [4, 1], "zero"),
+                lse2, 5)
         del encoded[by_replays:]                    # (the wrapper encodes on every launch)
         assert got == sent.pop()                    # as Triton's wrapper would have sent it
-        assert got[13] == ("tensormap", tensor.data_ptr(), 128) and got[-2] is lse2
-    assert encoded == [q2.data_ptr(), q3.data_ptr()]          # each address once
+        assert got[13] == ("tensormap", tensor.data_ptr(), 128)
+        assert got[18] == ("tensormap", k.data_ptr(), 64) and got[-2] is lse2 and got[-1] == 5
+    assert encoded == [q2.data_ptr(), k.data_ptr(), q3.data_ptr()]   # each address once
+
+
+def test_a_backward_starts_its_key_from_its_forwards(monkeypatch):
+    """The backward's plan key taken from its forward's (:func:`plans.backward_key`, handed
+    over by the autograd layer in ``planned``) equals the key computed afresh, named tensors
+    included; what changed since the forward is read anew: plans switched off or a launch hook
+    installed leave the backward unplanned, as they would afresh, and a forward that made no
+    key (plans off then) leaves the backward to make its own."""
+    from triton import knobs
+
+    from flashtile.kernels import plans
+
+    monkeypatch.setattr(plans, "interpreting", lambda: False)
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+    q, k, v = (torch.randn(2, 16, 2, 16) for _ in range(3))
+    params = AttentionParams(softmax_scale=0.25, causal=True, window_right=0,
+                             alibi_slopes=torch.rand(2), dropout_p=0.1, seed=3, offset=8)
+    cpu = torch.device("cpu")
+    planned = {"key": plans.call_key(q, k, v, params),
+               "named": plans.params_tensors(params, cpu)}
+    afresh = plans.call_key(q, k, v, params), plans.params_tensors(params, cpu)
+    key, named = plans.backward_key(planned, q, k, v, params)
+    assert key == afresh[0] and named is planned["named"] and named == afresh[1]
+    for without in ({}, None):                      # (no key from the forward: made afresh)
+        key, named = plans.backward_key(without, q, k, v, params)
+        assert key == afresh[0] and named == afresh[1]
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    assert plans.backward_key(planned, q, k, v, params) == (None, None)
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
+
+    def hook(*args):
+        pass
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert plans.backward_key(planned, q, k, v, params) == (None, None)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert plans.backward_key(planned, q, k, v, params)[0] == afresh[0]
+
+
+def test_autograd_hands_the_forwards_planned_to_its_backward(monkeypatch):
+    """The Triton launchers' forward gets a ``planned`` dict and the same call's backward gets
+    that very dict, unless autograd hands the backward other tensors than the forward's
+    (saved-tensor hooks) or the forward's at other addresses (a ``.data`` swap): then None
+    (a key afresh). Results are those of the launchers called without it."""
+    from flashtile import kernels
+
+    seen = []
+    real_forward, real_backward = kernels.forward, kernels.backward
+
+    def forward(q, k, v, params, planned=None):
+        seen.append(planned)
+        return real_forward(q, k, v, params, planned)
+
+    def backward(*args, planned=None, **kwargs):
+        seen.append(planned)
+        return real_backward(*args, planned=planned, **kwargs)
+    monkeypatch.setattr(kernels, "forward", forward)
+    monkeypatch.setattr(kernels, "backward", backward)
+    q, k, v = (torch.randn(1, 24, 2, 16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(1, 24, 2, 16)
+    flashtile.set_backend("triton")
+    try:
+        out = flashtile.flash_attn_func(q, k, v, causal=True)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+    finally:
+        flashtile.set_backend(None)
+    assert len(seen) == 2 and isinstance(seen[0], dict) and seen[1] is seen[0]
+    flashtile.set_backend("triton")
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            hooked = flashtile.flash_attn_func(q, k, v, causal=True)
+        torch.autograd.grad(hooked, (q, k, v), dout)
+        swapped = flashtile.flash_attn_func(q, k, v, causal=True)
+        with torch.no_grad():
+            k.data = k.data.clone()
+        torch.autograd.grad(swapped, (q, k, v), dout)
+    finally:
+        flashtile.set_backend(None)
+    assert isinstance(seen[2], dict) and seen[3] is None
+    assert isinstance(seen[4], dict) and seen[5] is None
+    from flashtile.interface import _flash_params
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    want_out, lse = real_forward(q.detach(), k.detach(), v.detach(), params)
+    want = real_backward(dout, q.detach(), k.detach(), v.detach(), want_out, lse, params)
+    assert torch.equal(out, want_out) and all(map(torch.equal, grads, want))

@@ -132,7 +132,7 @@ def test_host_pieces_profiles_the_backward_on_both_threads():
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-@pytest.mark.parametrize("part,lines", [("decode", 19), ("dense", 35), ("gluon", 13)])
+@pytest.mark.parametrize("part,lines", [("decode", 19), ("dense", 36), ("gluon", 15)])
 def test_launch_plans_launch_what_the_full_path_launches(part, lines):
     """Launch plans (on by default) replay a decode call's, a dense forward's and backward's,
     and the Gluon kernels' recorded launches for later calls of the same signature. Compiled
@@ -142,8 +142,9 @@ def test_launch_plans_launch_what_the_full_path_launches(part, lines):
     one in a single argument (dropout included); one-pass dQ backwards too (the accumulator
     zeroed by the preprocess, a final copy); no tensor is kept alive. The Gluon part runs
     whole forward+backward calls with the CPU standing in for sm_90 (the Gluon launches are
-    steps of the forward's and backward's plans). (Three parts, so that they run in
-    parallel.)"""
+    steps of the forward's and backward's plans), also with a switch changed between a
+    forward and its backward (whose plan key starts from the forward's). (Three parts, so
+    that they run in parallel.)"""
     out = _run("host_overhead.py", "--check-plans", part)
     found = [x for x in out.splitlines() if x.startswith(("plans", "gluon plans"))]
     assert len(found) == lines and not any(

@@ -12,6 +12,8 @@ path. This layer picks one and never touches pointers.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .params import AttentionParams
@@ -28,6 +30,22 @@ def _impl(backend: str, params: AttentionParams):
     return tiled
 
 
+def _mark(q, k, v) -> tuple:
+    """What tells the backward that autograd handed it the forward's own q, k and v: weak
+    references to them and their addresses. A saved-tensor hook (activation offloading,
+    ``torch.autograd.graph.save_on_cpu``) hands the backward other tensors, of other addresses
+    and maybe other strides, and ``.data`` assignments swap a tensor's memory unseen by
+    autograd: the forward's plan key would not describe those (kernels.plans.backward_key)."""
+    return tuple(map(weakref.ref, (q, k, v))), (q.data_ptr(), k.data_ptr(), v.data_ptr())
+
+
+def _same(mark: tuple, q, k, v) -> bool:
+    """Whether q, k, v are the tensors :func:`_mark` marked, at the same addresses."""
+    refs, ptrs = mark
+    return (refs[0]() is q and refs[1]() is k and refs[2]() is v
+            and ptrs == (q.data_ptr(), k.data_ptr(), v.data_ptr()))
+
+
 class FlashAttnFunction(torch.autograd.Function):
     """``(q, k, v, attn_bias) -> (out, lse)`` with the recomputing backward. ``lse`` has no
     gradient; ``attn_bias`` (``params.attn_bias``, passed again so autograd sees it) gets one
@@ -39,10 +57,16 @@ class FlashAttnFunction(torch.autograd.Function):
         # every backward (an allocation and a kernel; ~20-40 us of host time on the H200's
         # host, session 17). ``dout`` is then None when no gradient reached ``out`` either.
         ctx.set_materialize_grads(False)
-        out, lse = _impl(backend, params).forward(q, k, v, params)
+        # The Triton launchers' forward leaves its launch-plan key in ``planned`` and the
+        # backward starts its own from it (kernels.plans.backward_key: on the engine's
+        # thread each microsecond of Python costs ~1.6 on the H200's host, session 18)
+        ctx.extra = {"planned": {}} if backend == "triton" else {}
+        if ctx.extra:
+            ctx.marked = _mark(q, k, v)
+        ctx.impl = _impl(backend, params)
+        out, lse = ctx.impl.forward(q, k, v, params, **ctx.extra)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.params = params
-        ctx.backend = backend
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -51,12 +75,14 @@ class FlashAttnFunction(torch.autograd.Function):
         if dout is None:                    # (every gradient is zero: None says so)
             return None, None, None, None, None, None
         q, k, v, out, lse = ctx.saved_tensors
-        impl = _impl(ctx.backend, ctx.params)
+        impl, extra = ctx.impl, ctx.extra
+        if extra and not _same(ctx.marked, q, k, v):
+            extra = {"planned": None}       # (not the forward's tensors: a key of their own)
         if ctx.needs_input_grad[3]:
             dq, dk, dv, dbias = impl.backward(dout, q, k, v, out, lse, ctx.params,
-                                              need_bias_grad=True)
+                                              need_bias_grad=True, **extra)
         else:
-            dq, dk, dv = impl.backward(dout, q, k, v, out, lse, ctx.params)
+            dq, dk, dv = impl.backward(dout, q, k, v, out, lse, ctx.params, **extra)
             dbias = None
         return dq, dk, dv, dbias, None, None
 

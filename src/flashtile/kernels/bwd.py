@@ -531,6 +531,8 @@ def dq_mode(deterministic: bool = False) -> str:
 
 
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
+# (the Gluon kernels a backward may take: their settings are part of its plan key)
+_BWD_MODULES = ("bwd_hopper", "dq_hopper", "bwd256_hopper", "dq256_hopper")
 
 # How the last backward computed dQ ("atomic": one pass, or "two-pass"; read by the ledger)
 last_dq_pass = "two-pass"
@@ -543,7 +545,8 @@ def _gluon_kernel(module: str, dout, q, k, v, params):
     return kernel if kernel is not None and kernel.supports(dout, q, k, v, params) else None
 
 
-def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
+def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
+             planned: dict | None = None):
     """Launch the three backward kernels.
 
     Shapes as in :func:`flashtile.kernels.fwd.forward` (dense or varlen); ``dout`` like ``out``.
@@ -552,7 +555,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
 
     A call whose signature was launched before replays its launch plan
     (:func:`flashtile.kernels.plans.call_key`): only the gradients, the ``D`` rows and, in one
-    pass, the dQ accumulator (zeroed by the preprocess kernel) are allocated.
+    pass, the dQ accumulator (zeroed by the preprocess kernel) are allocated. ``planned``:
+    what this call's :func:`flashtile.kernels.fwd.forward` left in its ``planned``; the
+    backward's key then starts from the forward's (:func:`.plans.backward_key`).
     """
     global last_dq_pass
     varlen = params.cu_seqlens_q is not None
@@ -561,17 +566,17 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     mode = dq_mode(params.deterministic)
-    key = None if need_bias_grad else plans.call_key(q, k, v, params)
-    if key is not None:                          # (tensors as the kernels see them)
+    # (tensors as the kernels see them)
+    key, named = (None, None) if need_bias_grad else plans.backward_key(planned, q, k, v, params)
+    if key is not None:
         # (with the Gluon kernels' switches and configs, and the dQ mode: which kernels run
         # and how is then a function of the key, and their launches are steps of the plan
         # like any other)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), mode,
-               gluon_settings(q.device, ("bwd_hopper", "dq_hopper", "bwd256_hopper",
-                                         "dq256_hopper")))
+               gluon_settings(q.device, _BWD_MODULES))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
-                  "dq_acc": _dummy(q.device), **plans.params_tensors(params, q.device)}
+                  "dq_acc": _dummy(q.device), **named}
         if plan is not None:
             last_dq_pass = "atomic" if plan.copies else "two-pass"   # (one pass ends copying)
             grads = plan.replay(inputs, q.device)
@@ -671,7 +676,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False):
             stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1],
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     if atomic:
-        dq4.copy_(dq_acc.view(dq4.shape))        # already scaled; fp32 -> q's dtype
+        dq4.copy_(dq_acc.view_as(dq4))           # already scaled; fp32 -> q's dtype
     elif hopper_dq is not None:
         hopper_dq.dq(q, k, v, dout, lse, dsum, dq4, params, record)
     else:

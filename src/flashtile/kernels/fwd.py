@@ -263,7 +263,8 @@ _fwd_launch = TunedLaunch(_fwd)
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
 
 
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[torch.Tensor, torch.Tensor]:
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
+            planned: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel.
 
     Shapes: q ``(b, sq, hq, d)``, k ``(b, sk, hkv, d)``, v ``(b, sk, hkv, dv)`` (last dim
@@ -273,7 +274,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     ``params.block_table`` k/v are pages ``(num_blocks, page, hkv, d|dv)``.
 
     A call whose signature was launched before replays its launch plan
-    (:func:`flashtile.kernels.plans.call_key`): only the outputs are allocated.
+    (:func:`flashtile.kernels.plans.call_key`): only the outputs are allocated. ``planned``
+    (a dict, when the caller will run this call's backward): gets the call's key and named
+    tensors, which :func:`flashtile.kernels.bwd.backward` takes instead of making its own
+    (:func:`flashtile.kernels.plans.backward_key`).
     """
     varlen = params.cu_seqlens_q is not None
     out_shape = (*q.shape[:-1], v.shape[-1])
@@ -290,10 +294,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> tuple[
     key = plans.call_key(q, k, v, params)        # (q, k, v as the kernel sees them)
     record = None
     if key is not None:
+        named = plans.params_tensors(params, q.device)
+        if planned is not None:                  # (for the backward: plans.backward_key)
+            planned["key"], planned["named"] = key, named
         # (with the Gluon forward's switch and config: whether it runs is then a function of
         # the key, and its launch is a step of the plan like any other)
         key = (*key, gluon_settings(q.device, ("fwd_hopper",)))
-        inputs = {"q": q, "k": k, "v": v, **plans.params_tensors(params, q.device)}
+        inputs = {"q": q, "k": k, "v": v, **named}
         plan = _PLANS.get(key)
         if plan is not None:
             out4, lse = plan.replay(inputs, q.device)

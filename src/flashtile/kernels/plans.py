@@ -51,8 +51,10 @@ def enabled() -> bool:
     while a launch hook is installed."""
     if getenv("FLASHTILE_LAUNCH_PLANS", "1") in ("", "0") or interpreting():
         return False
-    hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    return not any(h is not None and getattr(h, "calls", True) for h in hooks)
+    runtime = knobs.runtime
+    enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return ((enter is None or not getattr(enter, "calls", True))
+            and (exit_ is None or not getattr(exit_, "calls", True)))
 
 
 def sig(t: torch.Tensor | None):
@@ -63,7 +65,8 @@ def sig(t: torch.Tensor | None):
 
 def device_key(t: torch.Tensor):
     """The tensor's device and the current CUDA device (a compiled kernel belongs to one)."""
-    return t.device, torch.cuda.current_device() if t.device.type == "cuda" else -1
+    device = t.device
+    return device, torch.cuda.current_device() if device.type == "cuda" else -1
 
 
 def int_class(x: int) -> str:
@@ -105,6 +108,28 @@ def call_key(q, k, v, params) -> tuple | None:
     return (*device_key(q), sig(q), sig(k), sig(v), p.softmax_scale, p.window_left,
             p.window_right, p.bottom_right, p.softcap, sig(p.alibi_slopes), p.dropout_p,
             int_class(p.seed), int_class(p.offset), mods, lists, varlen)
+
+
+def backward_key(planned: dict | None, q, k, v, params) -> tuple[tuple | None, dict | None]:
+    """A backward's :func:`call_key` and :func:`params_tensors`, taken from its forward's when
+    it made them: ``planned`` is what :func:`flashtile.kernels.fwd.forward` left there. The
+    autograd layer hands it from the forward to the backward of one call only when autograd
+    gives the backward the forward's own q, k and v at their addresses (no saved-tensor hook
+    replaced them), with the same params: :func:`call_key` would then give the same value;
+    only the current CUDA device is read anew, as the backward runs on the engine's thread.
+    Saves a key's signatures and the named tensors' dict on each backward (~5 us on the
+    development CPU, more on the H200's host, session 18).
+
+    As if computed anew in every other case: plans switched off since the forward (or a
+    launch hook installed) give None; a forward without a key (plans off then, or no
+    ``planned``) leaves the backward to compute its own. ``(None, None)`` when not planned."""
+    saved = planned.get("key") if planned else None
+    if saved is None:
+        key = call_key(q, k, v, params)
+        return key, (None if key is None else params_tensors(params, q.device))
+    if not enabled():
+        return None, None
+    return (*device_key(q), *saved[2:]), planned["named"]
 
 
 BLOCK_MASK_LISTS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices",
@@ -176,7 +201,9 @@ class Plan:
     def replay(self, tensors: dict, device: torch.device) -> tuple:
         """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
         ``tensors`` (the call's inputs by name), relaunch, then copy (``dst.copy_(src)`` read
-        in dst's shape); returns the outputs."""
+        in dst's shape); returns the outputs. (Shapes are kept as tuples of ints, which
+        ``alloc`` passes as separate sizes: a ``torch.Size`` takes torch ~1 us longer to parse
+        per allocation on the development CPU.)"""
         tensors = dict(tensors)
         for name, shape, dtype in self.buffers:
             tensors[name] = alloc(shape, dtype, device)
@@ -184,7 +211,8 @@ class Plan:
         for launch in self.launches:
             launch(tensors, stream)
         for dst, src in self.copies:
-            tensors[dst].copy_(tensors[src].view(tensors[dst].shape))
+            # (view_as: a torch.Size argument costs ~4 us more to parse on the development CPU)
+            tensors[dst].copy_(tensors[src].view_as(tensors[dst]))
         return tuple(tensors[name] for name in self.outputs)
 
 
@@ -229,7 +257,7 @@ class Recorder:
             return None
         finally:
             self.raw.clear()
-        return Plan(launches, [(n, tensors[n].shape, tensors[n].dtype) for n in buffers],
+        return Plan(launches, [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in buffers],
                     outputs, copies)
 
 
@@ -322,37 +350,69 @@ class _GluonLaunch:
         self.grid = tuple(grid) + (1,) * (3 - len(grid))
         self.direct = _direct_launch(self.kernel.run)
         self.expanded: dict = {}                      # (position, address) -> launcher args
+        self.flat = None                              # (the C launcher's arguments: _layout)
 
     def __call__(self, tensors: dict, stream) -> None:
         gluon_configs[self.role] = self.label
-        values = list(self.values)
-        for i, name in self.places:
-            values[i] = tensors[name]
         k = self.kernel
         if self.direct is None or not direct_launches:
+            values = list(self.values)
+            for i, name in self.places:
+                values[i] = tensors[name]
             for i, name, shape, strides, padding in self.tmas:
                 values[i] = Tma(tensors[name], shape, strides, padding)  # (folded view)
             k.run(*self.grid, stream, k.function, k.packed_metadata, None, None, None, *values)
             return
-        launch, coop, pdl, metas = self.direct
-        for i, name, shape, strides, padding in self.tmas:
-            base = tensors[name]
-            key = (i, base.data_ptr())
-            args = self.expanded.get(key)
-            if args is None:                          # (a Tma is made only to encode one)
-                if len(self.expanded) >= 64:          # (addresses seen: few in a loop)
-                    self.expanded.clear()
-                args = self.expanded[key] = make_tensordesc_arg(
-                    Tma(base, shape, strides, padding), metas[i])
-            values[i] = args
-        flat = [*self.grid, stream, k.function, coop, pdl, None, None, k.packed_metadata, None,
+        if self.flat is None:
+            self._layout(tensors)
+        flat = self.flat.copy()
+        flat[3] = stream
+        for at, name in self.flat_places:
+            flat[at] = tensors[name]
+        for at, end, tma in self.flat_tmas:
+            flat[at:end] = self._encoded(tensors, *tma)
+        self.direct[0](*flat)
+
+    def _encoded(self, tensors: dict, i: int, name: str, shape, strides, padding) -> list:
+        """The launcher's arguments for the TMA descriptor at parameter ``i`` over the call's
+        tensor ``name`` (:func:`_direct_launch`), encoded once per address."""
+        base = tensors[name]
+        key = (i, base.data_ptr())
+        args = self.expanded.get(key)
+        if args is None:                              # (a Tma is made only to encode one)
+            if len(self.expanded) >= 64:              # (addresses seen: few in a loop)
+                self.expanded.clear()
+            args = self.expanded[key] = make_tensordesc_arg(
+                Tma(base, shape, strides, padding), self.direct[3][i])
+        return args
+
+    def _layout(self, tensors: dict) -> None:
+        """The C launcher's flat argument list (grid, stream, function, flags, metadata, then
+        every kernel argument, a TMA descriptor's encoding expanded in place) with this
+        launch's fixed values filled in, and where a call's own go: ``flat_places``
+        (position, tensor name) and ``flat_tmas`` (the slice of a descriptor's encoding, whose
+        length its rank fixes, and the descriptor: a row of ``tmas``). Built at the first
+        direct call (``tensors``: its own): a replay then copies it and sets those few
+        positions instead of walking every argument (~40 for the dK/dV kernel)."""
+        _, coop, pdl, metas = self.direct
+        k = self.kernel
+        flat = [*self.grid, None, k.function, coop, pdl, None, None, k.packed_metadata, None,
                 None, None]
-        for i, value in enumerate(values):
-            if i in metas:
+        places = dict(self.places)
+        tmas = {tma[0]: tma for tma in self.tmas}
+        self.flat_places, self.flat_tmas = [], []
+        for i, value in enumerate(self.values):
+            if i in tmas:
+                n = len(self._encoded(tensors, *tmas[i]))
+                self.flat_tmas.append((len(flat), len(flat) + n, tmas[i]))
+                flat.extend([None] * n)
+            elif i in metas:
                 flat.extend(value)
             else:
-                flat.append(value)
-        launch(*flat)
+                if i in places:
+                    self.flat_places.append((len(flat), places[i]))
+                flat.append(value)                    # (None where the call's tensor goes)
+        self.flat = flat
 
 
 # Whether replayed Gluon launches may call Triton's C launcher themselves (_direct_launch);
