@@ -397,8 +397,9 @@ def test_autograd_hands_the_forwards_planned_to_its_backward(monkeypatch):
         return real_backward(*args, planned=planned, **kwargs)
     monkeypatch.setattr(kernels, "forward", forward)
     monkeypatch.setattr(kernels, "backward", backward)
-    q, k, v = (torch.randn(1, 24, 2, 16, requires_grad=True) for _ in range(3))
-    dout = torch.randn(1, 24, 2, 16)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")     # (no atomics: bitwise comparable)
+    q, k, v = (torch.randn(1, 24, 2, 16, device=DEVICE, requires_grad=True) for _ in range(3))
+    dout = torch.randn(1, 24, 2, 16, device=DEVICE)
     flashtile.set_backend("triton")
     try:
         out = flashtile.flash_attn_func(q, k, v, causal=True)
