@@ -230,10 +230,8 @@ def pieces(calls: int, rounds: int, heads: int) -> int:
     print(f"host time per call on the CPU stand-in, median of {rounds} rounds of {calls} "
           f"(step (1, 128, {heads}, 128) bf16 causal; triton {triton.__version__}, torch "
           f"{torch.__version__}):")
-    width = max(map(len, times))
-    for name, runs in times.items():
-        runs_text = " ".join(f"{t:.1f}" for t in runs)
-        print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
+    from host_pieces import print_medians      # (the GPU pieces' table, same format)
+    print_medians(times)
     return 0
 
 

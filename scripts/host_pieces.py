@@ -170,6 +170,14 @@ def _op_identity_backward(ctx, g):
 torch.library.register_autograd("flashtile_pieces::identity", _op_identity_backward)
 
 
+def print_medians(times: dict[str, list[float]]) -> None:
+    """One line per piece: its median µs over the rounds, then every round's."""
+    width = max(map(len, times))
+    for name, runs in times.items():
+        runs_text = " ".join(f"{t:.1f}" for t in runs)
+        print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
+
+
 def per_call_us(fn, calls: int, cuda: bool) -> float:
     """Host time per call of ``fn`` (after a warm-up): the loop's wall time, ended before the
     device finishes (tiny kernels: the device runs behind the host)."""
@@ -280,10 +288,7 @@ def main() -> int:
     print(f"host time per call, median of {args.rounds} rounds of {args.calls} calls "
           f"({torch.cuda.get_device_name() if cuda else 'CPU'}, torch {torch.__version__}, "
           f"triton {triton.__version__}, python {sys.version.split()[0]}):")
-    width = max(map(len, times))
-    for name, runs in times.items():
-        runs_text = " ".join(f"{t:.1f}" for t in runs)
-        print(f"  {name:<{width}}  {sorted(runs)[len(runs) // 2]:8.1f} us   ({runs_text})")
+    print_medians(times)
     inside = sorted(_BackwardOnly.seconds)
     print(f"  (inside the engine, flashtile's backward itself took "
           f"{inside[len(inside) // 2] * 1e6:.1f} us per call, median of {len(inside)})")

@@ -109,6 +109,15 @@ def test_host_overhead_times_the_host_path():
     assert re.search(r"fwd: \d+ us of host time per call", out), out
 
 
+def test_host_overhead_times_the_host_pieces_on_the_cpu_stand_in():
+    """scripts/host_overhead.py --pieces: the planned forward+backward's host path piece by
+    piece on the sm_90 stand-in (kernels compiled, launches no-ops), a median per piece."""
+    out = _run("host_overhead.py", "--pieces", "--calls", "2", "--rounds", "1", "--heads", "2")
+    for piece in ("fwd+bwd (autograd.grad)", "bwd alone, key from the forward",
+                  "plans.backward_key", "bwd plan.replay"):
+        assert re.search(re.escape(piece) + r" +\d+\.\d us", out), out
+
+
 def test_host_pieces_times_every_piece(tmp_path):
     """scripts/host_pieces.py: every piece timed (median and each round), also as JSON."""
     path = tmp_path / "pieces.json"
