@@ -257,13 +257,13 @@ def test_o_leaves_through_p_only_when_it_must():
 @pytest.mark.parametrize("d,causal,seqlen", [(128, False, 1024), (128, True, 2048),
                                               (128, True, 1024), (64, False, 1024),
                                               (64, True, 1024), (96, False, 1024),
-                                              (256, True, 1024)])
+                                              (96, True, 2048), (256, True, 1024)])
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
     """P in registers (``P_REGS``) is the default at d=64 and d=128 (unset, ``auto`` or
-    ``1``; wide and narrow tiles, either mask), with neither O through a P buffer nor an early
-    S_1; ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory, the launch otherwise the
-    same. At d=96 and d=256 the variable is ignored. Runs on the CPU: the launch is captured,
-    not made."""
+    ``1``; wide and narrow tiles, either mask); at d=96 (split head dim, unmeasured) only with
+    ``FLASHTILE_GLUON_FWD_P_REGS=1``; with it there is neither O through a P buffer nor an
+    early S_1. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
+    variable is ignored. Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
         monkeypatch.delenv(variable, raising=False)
@@ -275,14 +275,16 @@ def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
             monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", value)
+        assert fwd_hopper.p_in_registers(d) == ((d in (64, 128) and value != "0")
+                                                or (d == 96 and value == "1"))
         fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
         ((role, _, meta),) = seen
         seen.clear()
         metas.append(meta)
     default, auto, asked, smem = metas
-    assert default == auto == asked
+    assert default == auto == (asked if d in (64, 128) else smem)
     assert not smem["P_REGS"]
-    if d in (64, 128):
+    if d in (64, 96, 128):
         assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
         assert {key: value for key, value in asked.items()
                 if key not in ("P_REGS", "O_IN_P", "EARLY_S1")} == \
@@ -306,15 +308,17 @@ def test_no_p_buffers_leave_room_for_o():
         assert fwd_hopper._bytes_apart(rows, keys, stages, d, 0) <= fwd_hopper.SHARED_BYTES
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128),
+                   (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96)])
 @pytest.mark.parametrize("narrow", [False, True], ids=["default-tiles", "64x4"])
 @pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers", "p-in-shared"])
 def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, narrow, p_regs):
-    """P V's A operand from registers (the default at d=64/128, FA3's order; O apart) and
-    from shared memory (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64
-    call, and items of one or two tiles (the branch without a loop); d=128 also on 64 keys x
-    4 slots. Outputs (NaN-poisoned before the launch) and gradients within budget, and the
-    launch given P_REGS."""
+    """P V's A operand from registers (the default at d=64/128, FA3's order; O apart; at d=96
+    asked for explicitly, one register P for both parts' products) and from shared memory
+    (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64 call, d=96's split
+    head dim, and items of one or two tiles (the branch without a loop); d=128 also on 64
+    keys x 4 slots. Outputs (NaN-poisoned before the launch) and gradients within budget,
+    and the launch given P_REGS."""
     b, s, hq, hkv, d = shape
     if narrow and d != 128:
         pytest.skip("the 64-key config is d=128's")
