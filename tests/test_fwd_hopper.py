@@ -308,6 +308,47 @@ def test_no_p_buffers_leave_room_for_o():
         assert fwd_hopper._bytes_apart(rows, keys, stages, d, 0) <= fwd_hopper.SHARED_BYTES
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_p_in_registers_three_wide_slots_o_through_q(monkeypatch, causal):
+    """Without P buffers d=128 fits 128 keys x 3 slots (``FLASHTILE_GLUON_FWD_CONFIG=
+    64,128,3,240``, for the sweep) only with O staged in each consumer's Q tile: 256 KB with
+    O apart, 224 KB through Q, never through a (missing) P buffer; d=96 fits it with O apart
+    (192 KB). The launch gets P_REGS and O_IN_Q. Runs on the CPU: the launch is captured,
+    not made."""
+    kib = 1024
+    assert fwd_hopper._bytes_apart(64, 128, 3, 128, 0) == 256 * kib > fwd_hopper.SHARED_BYTES
+    assert fwd_hopper._bytes_apart(64, 128, 3, 128, 0) - 2 * 2 * 64 * 128 == 224 * kib
+    assert fwd_hopper.o_in_q(64, 128, 3, 128, p_tiles=0)
+    assert not fwd_hopper.o_in_p(64, 128, 3, 128, p_tiles=0)
+    assert fwd_hopper._bytes_apart(64, 128, 3, 96, 0) == 192 * kib
+    assert not (fwd_hopper.o_in_q(64, 128, 3, 96, 0) or fwd_hopper.o_in_p(64, 128, 3, 96, 0))
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,3,240")
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+    q, k, v = (torch.randn(1, 1024, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 1024))
+    ((role, _, meta),) = seen
+    assert (meta["BLOCK_N"], meta["NUM_STAGES"]) == (128, 3)
+    assert meta["P_REGS"] and meta["O_IN_Q"] and not (meta["O_IN_P"] or meta["EARLY_S1"])
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
+def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dtype):
+    """P in registers with O leaving through each consumer's Q tile (d=128 at 128 keys x 3
+    slots, the sweep's config): 288 items over the SMs (each program loads a next Q after its
+    O left), and items of one or two tiles. Outputs (NaN-poisoned before the launch) and
+    gradients within budget, and the launch given P_REGS and O_IN_Q."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,3,240")
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    assert [(meta["P_REGS"], meta["O_IN_Q"]) for role, _, meta in launches
+            if role == "fwd"] == [(True, True)]
+
+
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128),
                    (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96)])
 @pytest.mark.parametrize("narrow", [False, True], ids=["default-tiles", "64x4"])

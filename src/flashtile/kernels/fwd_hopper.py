@@ -86,7 +86,11 @@ layout does not depend on the product's width (the dot-operand layouts with eith
 as parent are one linear layout), so P is converted once, as at d=64/128. Offline (sm_90a,
 bf16, 1k) it compiles with 14 waits for 132 HGMMA, none serialised, the exp2 between the
 two waits, 148 KB of shared memory (213 KB with P buffers) and no spills, except one 4-byte
-value causal (loaded once per partition, outside the loops).
+value causal (loaded once per partition, outside the loops). Without P buffers a third
+128-key slot fits (unmeasured, for sweeps: ``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): at
+d=96 with O apart (193 KB), at d=128 with O through Q (:func:`o_in_q`, 225 KB); offline
+both compile like their 2-slot configs (d=128: 14 waits for 96 HGMMA, no spills, causal or
+not).
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -146,6 +150,8 @@ LOG2E = 1.4426950408889634
 # d=96 (split 64 + 32, :func:`head_parts`; session 19, the 64-key configs unmeasured): 128
 # keys x 2 slots with O apart (208 KB), d=128's shape; offline also clean: 64 keys x 4/5/6
 # slots (176/200/224 KB, O apart), x 7 (O through Q), 32 keys x 8 slots
+# With P in registers (no P buffers; unmeasured): 128 keys x 3 slots compile clean at d=128
+# (O through Q, 225 KB) and d=96 (O apart, 193 KB)
 _CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 2, 240), 128: (64, 128, 2, 240),
             256: (64, 64, 2, 240)}
 # d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
