@@ -257,13 +257,13 @@ def test_o_leaves_through_p_only_when_it_must():
 @pytest.mark.parametrize("d,causal,seqlen", [(128, False, 1024), (128, True, 2048),
                                               (128, True, 1024), (64, False, 1024),
                                               (64, True, 1024), (96, False, 1024),
-                                              (256, True, 1024)])
+                                              (96, True, 2048), (256, True, 1024)])
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
     """P in registers (``P_REGS``) is the default at d=64 and d=128 (unset, ``auto`` or
-    ``1``; wide and narrow tiles, either mask), with neither O through a P buffer nor an early
-    S_1; ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory, the launch otherwise the
-    same. At d=96 and d=256 the variable is ignored. Runs on the CPU: the launch is captured,
-    not made."""
+    ``1``; wide and narrow tiles, either mask); at d=96 (split head dim, unmeasured) only with
+    ``FLASHTILE_GLUON_FWD_P_REGS=1``; with it there is neither O through a P buffer nor an
+    early S_1. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
+    variable is ignored. Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
         monkeypatch.delenv(variable, raising=False)
@@ -275,14 +275,16 @@ def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
             monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", value)
+        assert fwd_hopper.p_in_registers(d) == ((d in (64, 128) and value != "0")
+                                                or (d == 96 and value == "1"))
         fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
         ((role, _, meta),) = seen
         seen.clear()
         metas.append(meta)
     default, auto, asked, smem = metas
-    assert default == auto == asked
+    assert default == auto == (asked if d in (64, 128) else smem)
     assert not smem["P_REGS"]
-    if d in (64, 128):
+    if d in (64, 96, 128):
         assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
         assert {key: value for key, value in asked.items()
                 if key not in ("P_REGS", "O_IN_P", "EARLY_S1")} == \
@@ -306,15 +308,58 @@ def test_no_p_buffers_leave_room_for_o():
         assert fwd_hopper._bytes_apart(rows, keys, stages, d, 0) <= fwd_hopper.SHARED_BYTES
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_p_in_registers_three_wide_slots_o_through_q(monkeypatch, causal):
+    """Without P buffers d=128 fits 128 keys x 3 slots (``FLASHTILE_GLUON_FWD_CONFIG=
+    64,128,3,240``, for the sweep) only with O staged in each consumer's Q tile: 256 KB with
+    O apart, 224 KB through Q, never through a (missing) P buffer; d=96 fits it with O apart
+    (192 KB). The launch gets P_REGS and O_IN_Q. Runs on the CPU: the launch is captured,
+    not made."""
+    kib = 1024
+    assert fwd_hopper._bytes_apart(64, 128, 3, 128, 0) == 256 * kib > fwd_hopper.SHARED_BYTES
+    assert fwd_hopper._bytes_apart(64, 128, 3, 128, 0) - 2 * 2 * 64 * 128 == 224 * kib
+    assert fwd_hopper.o_in_q(64, 128, 3, 128, p_tiles=0)
+    assert not fwd_hopper.o_in_p(64, 128, 3, 128, p_tiles=0)
+    assert fwd_hopper._bytes_apart(64, 128, 3, 96, 0) == 192 * kib
+    assert not (fwd_hopper.o_in_q(64, 128, 3, 96, 0) or fwd_hopper.o_in_p(64, 128, 3, 96, 0))
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,3,240")
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+    q, k, v = (torch.randn(1, 1024, 2, 128, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 1024))
+    ((role, _, meta),) = seen
+    assert (meta["BLOCK_N"], meta["NUM_STAGES"]) == (128, 3)
+    assert meta["P_REGS"] and meta["O_IN_Q"] and not (meta["O_IN_P"] or meta["EARLY_S1"])
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
+def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dtype):
+    """P in registers with O leaving through each consumer's Q tile (d=128 at 128 keys x 3
+    slots, the sweep's config): 288 items over the SMs (each program loads a next Q after its
+    O left), and items of one or two tiles. Outputs (NaN-poisoned before the launch) and
+    gradients within budget, and the launch given P_REGS and O_IN_Q."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,3,240")
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    assert [(meta["P_REGS"], meta["O_IN_Q"]) for role, _, meta in launches
+            if role == "fwd"] == [(True, True)]
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128),
+                   (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96)])
 @pytest.mark.parametrize("narrow", [False, True], ids=["default-tiles", "64x4"])
 @pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers", "p-in-shared"])
 def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, narrow, p_regs):
-    """P V's A operand from registers (the default at d=64/128, FA3's order; O apart) and
-    from shared memory (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64
-    call, and items of one or two tiles (the branch without a loop); d=128 also on 64 keys x
-    4 slots. Outputs (NaN-poisoned before the launch) and gradients within budget, and the
-    launch given P_REGS."""
+    """P V's A operand from registers (the default at d=64/128, FA3's order; O apart; at d=96
+    asked for explicitly, one register P for both parts' products) and from shared memory
+    (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64 call, d=96's split
+    head dim, and items of one or two tiles (the branch without a loop); d=128 also on 64
+    keys x 4 slots. Outputs (NaN-poisoned before the launch) and gradients within budget,
+    and the launch given P_REGS."""
     b, s, hq, hkv, d = shape
     if narrow and d != 128:
         pytest.skip("the 64-key config is d=128's")

@@ -80,7 +80,17 @@ there). On the H200 (session 21, one round against two of P through shared memor
 1k/4k/16k) kernel time fell by 3.6-9.2% at d=128, causal or not (4k unmasked: 567-572 ->
 671 TFLOP/s, 1.10x cuDNN in the same run), and by 2.8-6% at d=64 unmasked.
 ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory as before (the session-11 path,
-which d=96 and d=256 keep).
+which d=256 keeps). d=96 takes it only when asked for (``=1``, unmeasured): one register P
+feeds both parts' products (O_1 with 64 columns, O_2 with 32): the A operand's register
+layout does not depend on the product's width (the dot-operand layouts with either output
+as parent are one linear layout), so P is converted once, as at d=64/128. Offline (sm_90a,
+bf16, 1k) it compiles with 14 waits for 132 HGMMA, none serialised, the exp2 between the
+two waits, 148 KB of shared memory (213 KB with P buffers) and no spills, except one 4-byte
+value causal (loaded once per partition, outside the loops). Without P buffers a third
+128-key slot fits (unmeasured, for sweeps: ``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): at
+d=96 with O apart (193 KB), at d=128 with O through Q (:func:`o_in_q`, 225 KB); offline
+both compile like their 2-slot configs (d=128: 14 waits for 96 HGMMA, no spills, causal or
+not).
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -140,6 +150,8 @@ LOG2E = 1.4426950408889634
 # d=96 (split 64 + 32, :func:`head_parts`; session 19, the 64-key configs unmeasured): 128
 # keys x 2 slots with O apart (208 KB), d=128's shape; offline also clean: 64 keys x 4/5/6
 # slots (176/200/224 KB, O apart), x 7 (O through Q), 32 keys x 8 slots
+# With P in registers (no P buffers; unmeasured): 128 keys x 3 slots compile clean at d=128
+# (O through Q, 225 KB) and d=96 (O apart, 193 KB)
 _CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 2, 240), 128: (64, 128, 2, 240),
             256: (64, 64, 2, 240)}
 # d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
@@ -434,26 +446,43 @@ def _pv_part(p_op, v_smem2, acc2, r, NUM_STAGES: gl.constexpr):
 
 @gluon.jit
 def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero, acc, r,
-                 NUM_STAGES: gl.constexpr):
+                 NUM_STAGES: gl.constexpr, acc2=None, q_smem2=None, k_smem2=None,
+                 v_smem2=None):
     """Tile r's products with P in registers (``P_REGS``, FA3's order): issue S_{r+1} = Q
     K_{r+1}^T, then O += P_r V_r with ``p_op`` = P_r ``(rows, BLOCK_N)`` fp16/bf16 as wgmma's
     register A operand; wait for S_{r+1} alone (P_r V_r stays in flight: it was issued last)
-    and free K_{r+1}. Returns S_{r+1} ``(rows, BLOCK_N)`` fp32, complete, and O's token."""
-    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, r + 1, NUM_STAGES)
+    and free K_{r+1}. Returns S_{r+1} ``(rows, BLOCK_N)`` fp32, complete, and O's token.
+
+    A split head dim (``acc2``, ``q_smem2`` ... ``v_smem2``: its second part) issues S as two
+    wgmma and O_2 += P_r V_{2,r} after O's product, from the same ``p_op`` (the A operand's
+    register layout does not depend on the product's width: the layouts with the 64- and
+    32-column outputs as parent are one linear layout); of the four commit groups the wait
+    leaves the two products in flight, and O_2's token is returned third. (Two arities: a
+    Gluon function cannot return None.)"""
+    s_tok = _issue_s(q_smem, k_smem, k_ready, s_zero, r + 1, NUM_STAGES, q_smem2, k_smem2)
     acc = _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES)
-    s = warpgroup_mma_wait(1, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index((r + 1) % NUM_STAGES), count=1)
-    return s, acc
+    if acc2 is None:
+        s = warpgroup_mma_wait(1, deps=(s_tok,))
+        mbarrier.arrive(k_empty.index((r + 1) % NUM_STAGES), count=1)
+        return s, acc
+    else:
+        acc2 = _pv_part(p_op, v_smem2, acc2, r, NUM_STAGES)
+        s = warpgroup_mma_wait(2, deps=(s_tok,))
+        mbarrier.arrive(k_empty.index((r + 1) % NUM_STAGES), count=1)
+        return s, acc, acc2
 
 
 @gluon.jit
 def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
                 NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
-                o_layout: gl.constexpr, p_layout: gl.constexpr):
+                o_layout: gl.constexpr, p_layout: gl.constexpr, acc2=None,
+                o2_layout: gl.constexpr = None):
     """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
     ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
     wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
-    wait: wgmma reads its registers until then. Returns (P_j, O, row max, row sum).
+    wait: wgmma reads its registers until then. Returns (P_j, O, row max, row sum), and O_2
+    fifth where the head dim is split: its second accumulator ``acc2`` (layout
+    ``o2_layout``) is waited for and discounted alike.
 
     ``anchor`` (shared, ``(rows,)`` fp32, never read): the new row sums are stored there
     before the wait only to hold the softmax above it. ptxas otherwise hoists the wait
@@ -464,10 +493,17 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
     p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
                                          BLOCK_N, CAUSAL)
     anchor.store(l_i)
-    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-    mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-    p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
-    return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
+    if acc2 is None:
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+        mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
+        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
+        return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
+    else:
+        acc, acc2, p_op = warpgroup_mma_wait(0, deps=(acc, acc2, p_op))
+        mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
+        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
+        return (p_next, _rescaled(acc, alpha, o_layout), m_new, l_i,
+                _rescaled(acc2, alpha, o2_layout))
 
 
 @gluon.jit
@@ -537,13 +573,13 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
     wgmma is a commit group of its own, so S and P V are two groups each: waiting for P V
     while S_{j+2} computes leaves 2 in flight, not 1.
 
-    ``P_REGS`` (d=64/128 by default, :func:`p_in_registers`; ``p_smem`` is then
-    ``(2, BLOCK_M)`` fp32, each consumer's store anchor, see :func:`_rs_softmax`): P stays in
-    registers as P V's A
-    operand, in FA3's order per tile j (:func:`_rs_products`, :func:`_rs_softmax`): issue
-    S_{j+1}, issue P_j V_j, wait for S_{j+1} alone, softmax of S_{j+1} into P_{j+1}, wait
-    for P_j V_j, discount O. Live per thread: O 64 + S 64 + P_j and P_{j+1} 32 each (d=128,
-    128 keys)."""
+    ``P_REGS`` (d=64/128 by default, d=96 when asked for, :func:`p_in_registers`; ``p_smem``
+    is then ``(2, BLOCK_M)`` fp32, each consumer's store anchor, see :func:`_rs_softmax`): P
+    stays in registers as P V's A operand, in FA3's order per tile j (:func:`_rs_products`,
+    :func:`_rs_softmax`): issue S_{j+1}, issue P_j V_j (and P_j V_{2,j} where the head dim
+    is split), wait for S_{j+1} alone, softmax of S_{j+1} into P_{j+1}, wait for the
+    products, discount O. Live per thread: O 64 + S 64 + P_j and P_{j+1} 32 each (d=128,
+    128 keys; d=96: O 32 + 16)."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
@@ -588,24 +624,51 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
                                                None, BLOCK_N, CAUSAL)
             p = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(n_tiles - 2):
-                s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                      s_zero, acc, it + j, NUM_STAGES)
-                p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
-                                               qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                               BLOCK_N, CAUSAL, o_layout, p_layout)
+                if HEAD_D2 > 0:
+                    s, acc, acc2 = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready,
+                                                k_empty, s_zero, acc, it + j, NUM_STAGES, acc2,
+                                                q_smem2, k_smem2, v_smem2)
+                    p, acc, m_i, l_i, acc2 = _rs_softmax(
+                        s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
+                        it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
+                        o2_layout)
+                else:
+                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                          s_zero, acc, it + j, NUM_STAGES)
+                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
+                                                   n_unmasked, qk_scale, v_empty, it + j,
+                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                                   o_layout, p_layout)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
-                s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                      s_zero, acc, it + j, NUM_STAGES)
+                if HEAD_D2 > 0:
+                    s, acc, acc2 = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready,
+                                                k_empty, s_zero, acc, it + j, NUM_STAGES, acc2,
+                                                q_smem2, k_smem2, v_smem2)
+                else:
+                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                          s_zero, acc, it + j, NUM_STAGES)
                 if more and not O_IN_Q:
                     _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
-                            seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
-                p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
-                                               qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                               BLOCK_N, CAUSAL, o_layout, p_layout)
+                            seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
+                            q_desc2, q_smem2, HEAD_D2)
+                if HEAD_D2 > 0:
+                    p, acc, m_i, l_i, acc2 = _rs_softmax(
+                        s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
+                        it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
+                        o2_layout)
+                else:
+                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
+                                                   n_unmasked, qk_scale, v_empty, it + j,
+                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                                   o_layout, p_layout)
             j = n_tiles - 1
             acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
-            acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+            if HEAD_D2 > 0:
+                acc2 = _pv_part(p, v_smem2, acc2, it + j, NUM_STAGES)
+                acc, acc2, p = warpgroup_mma_wait(0, deps=(acc, acc2, p))
+            else:
+                acc, p = warpgroup_mma_wait(0, deps=(acc, p))
         else:
             if not EARLY_S1:
                 m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
@@ -702,8 +765,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
-        gl.static_assert(not (O_IN_P or EARLY_S1 or HEAD_D2 > 0),
-                         "P in registers: no O through P, no early S_1, no split head dim")
+        gl.static_assert(not (O_IN_P or EARLY_S1),
+                         "P in registers: no O through P, no early S_1")
         p_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
@@ -983,11 +1046,14 @@ def p_in_registers(d: int) -> bool:
     FlashAttention-3's order per tile: issue S_{j+1}, issue P_j V_j, wait for S_{j+1},
     softmax into P_{j+1}, wait for P_j V_j, discount O; see :func:`_consume`): by default at
     d=64 and d=128 (kernel time -3.6% to -9.2% at d=128, session 21);
-    ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory instead. Built for d=64 and
-    d=128 only (elsewhere ignored: d=96's split head dim would need P for two products,
-    d=256's 128 registers of O leave no room for two P). It needs no P buffers (O apart then,
-    at the default configs) and no early S_1."""
-    return env_forced("FLASHTILE_GLUON_FWD_P_REGS") is not False and d in (64, 128)
+    ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory instead. At d=96 (split head
+    dim: one register P for both output products) only when asked for (``=1``; unmeasured on
+    the GPU, so unset or ``auto`` keeps P in shared memory there). Ignored at d=256 (its 128
+    registers of O leave no room for two P). It needs no P buffers and no early S_1."""
+    forced = env_forced("FLASHTILE_GLUON_FWD_P_REGS")
+    if d == 96:
+        return forced is True
+    return forced is not False and d in (64, 128)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
