@@ -273,6 +273,34 @@ def _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, slot, s_zero, k_cur2, v_cur2, q
 
 
 @gluon.jit
+def _issue_st_dpt_onto(k_cur, v_cur, q_smem, do_smem, slot, st0, dpt0, k_cur2, v_cur2,
+                       q_smem2, do_smem2):
+    """:func:`_issue_st_dpt` onto the accumulators ``st0`` and ``dpt0`` (the tile's rows
+    ``-LSE / (scale * log2e)`` and ``-D``, broadcast over the keys): the products come out as
+    ``S^T - LSE`` and ``dP^T - D``, and the rows' registers are free before they run."""
+    st = warpgroup_mma(k_cur, q_smem.index(slot).permute((1, 0)), st0, is_async=True)
+    if k_cur2 is not None:
+        st = warpgroup_mma(k_cur2, q_smem2.index(slot).permute((1, 0)), st, is_async=True)
+    dpt = warpgroup_mma(v_cur, do_smem.index(slot).permute((1, 0)), dpt0, is_async=True)
+    if k_cur2 is not None:
+        dpt = warpgroup_mma(v_cur2, do_smem2.index(slot).permute((1, 0)), dpt, is_async=True)
+    return st, dpt
+
+
+@gluon.jit
+def _grad_operands_shifted(st, dpt, keys, t, i0, n_i, qk_scale, BLOCK_M: gl.constexpr,
+                           CAUSAL: gl.constexpr, dtype: gl.constexpr, a_layout: gl.constexpr):
+    """:func:`_grad_operands` of products shifted by their rows (:func:`_issue_st_dpt_onto`):
+    ``st`` is ``S^T - LSE / (scale * log2e)``, ``dpt`` is ``dP^T - D``."""
+    pt = gl.exp2(st * qk_scale)
+    if CAUSAL:                                   # key j is seen by query i iff j <= i
+        q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
+        pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
+    dst = (pt * dpt).to(dtype)
+    return gl.convert_layout(pt.to(dtype), a_layout), gl.convert_layout(dst, a_layout), dst
+
+
+@gluon.jit
 def _ds_publish(dst, ds_smem, ds_ready, ds_free, g, HALF: gl.constexpr):
     """One pass: this consumer's dS^T of tile g (``g``: tiles read so far) into its shared
     tile, once both consumers' dQ products of tile g-1 have read the tiles; then announced."""
@@ -535,17 +563,23 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             else:           # (no second part)
                 dk2 = None
                 dv2 = None
+            rows0 = keys.to(gl.float32) * 0.0
             for t in range(n_t):
                 r = it + t
                 slot = r % NUM_STAGES
                 lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
                                          t, i0, n_i, BLOCK_M, col_layout)
+                # (a zero per key row that the compiler cannot fold: every element of the
+                # accumulators a value of its own, so that no copies fill them between the
+                # wgmma groups, where ptxas would wait for S^T before issuing dP^T, C7517)
+                st0 = rows0[:, None] - (lse2 / qk_scale)[None, :]
+                dpt0 = rows0[:, None] - d_row[None, :]
                 mbarrier.wait(ready.index(slot), (r // NUM_STAGES) & 1)
-                st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, slot, s_zero, k_cur2,
-                                        v_cur2, q_smem2, do_smem2)
+                st, dpt = _issue_st_dpt_onto(k_cur, v_cur, q_smem, do_smem, slot, st0, dpt0,
+                                             k_cur2, v_cur2, q_smem2, do_smem2)
                 st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
-                pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
-                                                    qk_scale, BLOCK_M, CAUSAL, dtype, a_layout)
+                pt_op, dst_op, dst = _grad_operands_shifted(st, dpt, keys, t, i0, n_i, qk_scale,
+                                                            BLOCK_M, CAUSAL, dtype, a_layout)
                 if ONE_PASS:
                     _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
                 dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
