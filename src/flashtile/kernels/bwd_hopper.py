@@ -29,7 +29,16 @@ cannot give more registers to the warps that do the math. This kernel can:
 
 Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
-instructions touch an accumulator still in flight.
+instructions touch an accumulator still in flight. ``FLASHTILE_GLUON_BWD_OVERLAP=0``
+(:func:`overlap`, opt-in, the kernel's ``OVERLAP``) takes one tile at a time instead,
+FlashAttention-3's order per warpgroup, the other consumer filling the tensor cores: S^T and
+dP^T, accumulated onto the tile's rows (``-LSE / (scale * log2e)`` and ``-D``, so that
+their registers are free while the products run), wait; P^T and dS^T; dV, dK (and the one
+pass's dQ part, reduced early), wait. Offline (sm_90a, bf16, 1k, d=128, 64 keys x 64 queries
+x 4 slots x 240 registers, which spilled 64-184 B and serialised every wgmma overlapped):
+two passes 0 B of spills unmasked, 16 B causal (outside the tile loop), 4 waits for 48
+HGMMA; the one pass still spills 212-280 B, some inside the tile loop (3 slots: 4 need more
+shared memory than a CTA has). Not measured on a GPU yet.
 
 dQ comes from a second pass (the tile-level dQ kernel) and ``D = rowsum(dO * O)`` from the
 preprocess kernel, except in one pass (:func:`one_pass`, the default where it measured
