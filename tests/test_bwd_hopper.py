@@ -255,6 +255,79 @@ def test_dq_late_switch(monkeypatch):
     assert bwd_hopper.dq_late(128, False, 32)
 
 
+@pytest.mark.parametrize("d", [64, 96, 128])
+def test_overlap_switch(monkeypatch, d):
+    """``FLASHTILE_GLUON_BWD_OVERLAP``: unset, ``auto`` and ``1`` launch the overlapped
+    schedule (``OVERLAP=True``, the default, unchanged); ``0`` one tile at a time, the launch
+    otherwise the same (in one pass without the late dQ reductions, which it lacks, and
+    labelled "in turn"); anything else refused. The variable is one of the plan keys'
+    options. Runs on the CPU: the launch is captured, not made."""
+    from flashtile.kernels import common, plans
+    assert "FLASHTILE_GLUON_BWD_OVERLAP" in common.GLUON_OPTIONS["bwd_hopper"]
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
+    q, k, v, dout = (torch.randn(1, 1024, 2, d, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, 2, 1024)
+    passes = [None] + ([torch.zeros(bwd_hopper.dq_acc_shape(q))]
+                       if bwd_hopper.has_one_pass(d) else [])
+    for dq_acc in passes:
+        metas = []
+        for value in (None, "auto", "1", "0"):
+            if value is None:
+                monkeypatch.delenv("FLASHTILE_GLUON_BWD_OVERLAP", raising=False)
+            else:
+                monkeypatch.setenv("FLASHTILE_GLUON_BWD_OVERLAP", value)
+            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                            params, dq_acc=dq_acc)
+            ((role, _, meta),) = seen
+            seen.clear()
+            metas.append(meta)
+        default, auto, asked, in_turn = metas
+        assert role == "dkdv" and default == auto == asked
+        assert default["OVERLAP"] and not in_turn["OVERLAP"]
+        assert default["DQ_LATE"] == (dq_acc is not None) and not in_turn["DQ_LATE"]
+        assert {key: value for key, value in in_turn.items()
+                if key not in ("OVERLAP", "DQ_LATE")} == \
+            {key: value for key, value in default.items() if key not in ("OVERLAP", "DQ_LATE")}
+    monkeypatch.setattr(plans, "gluon_launch", lambda *args: seen.append(args[-1]))
+    for value, label in ((None, "gluon 128x{}/4s"), ("0", "gluon 128x{}/4s in turn")):
+        monkeypatch.delenv("FLASHTILE_GLUON_BWD_OVERLAP", raising=False)
+        if value is not None:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_OVERLAP", value)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params)
+        assert seen.pop() == label.format(bwd_hopper.config(d)[1])
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_OVERLAP", "yes")
+    with pytest.raises(ValueError, match="must be 0, 1 or 'auto'"):
+        bwd_hopper.overlap()
+
+
+@gluon_cases_over([(2, 1024, 8, 2, 128), (1, 256, 2, 2, 128), (2, 1024, 8, 8, 64)])
+@pytest.mark.parametrize("dq_pass", ["two-pass", "atomic"])
+def test_one_tile_at_a_time_64_queries(gluon_calls, monkeypatch, shape, causal, dtype,
+                                       dq_pass):
+    """``FLASHTILE_GLUON_BWD_OVERLAP=0`` (one tile at a time, S^T and dP^T accumulated onto
+    the rows' -LSE and -D) with 64 keys x 64 queries x 4 slots x 240 registers (3 slots in
+    one pass, where 4 need more shared memory than a CTA has); GQA and MHA, one work item
+    per KV head and several, one pass and two: all three gradients within budget, one launch
+    of the kernel, without and with the one pass's dQ."""
+    from flashtile.kernels import bwd
+    b, s, hq, hkv, d = shape
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_OVERLAP", "0")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG",
+                       "64,64,3,240" if dq_pass == "atomic" else "64,64,4,240")
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", dq_pass)
+    launches = gluon_launches(monkeypatch)
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    ((_, _, meta),) = [launch for launch in launches if launch[0] == "dkdv"]
+    assert not meta["OVERLAP"] and meta["BLOCK_M"] == 64
+    assert meta["ONE_PASS"] == (dq_pass == "atomic")
+    assert bwd.last_dq_pass == dq_pass
+
+
 @pytest.mark.parametrize("d,causal,n_ntiles,expected", [
     (64, False, 4, "early"), (128, False, 8, "early"), (128, False, 128, "early"),
     (64, True, 8, "late"), (64, True, 5, "late"), (64, True, 4, "two-pass"),
