@@ -11,7 +11,8 @@ from test_fwd_hopper import fallback_call
 from test_kernels import check
 from utils import (FLOOR, assert_d96_needs_dv96, assert_replays_match, assert_split_descriptors,
                    assert_within_budget, check_causal_groups, check_persistent,
-                   gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper)
+                   d96_gqa_inputs, gluon_cases_over, gluon_launches, gluon_switched_on,
+                   needs_hopper)
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
@@ -97,16 +98,13 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
     passes (a dQ accumulator is refused). The lengths must be multiples of the 64-query and
     128-key tiles, and d = dv. The other head dims pass seven descriptors and None for the
     second part's six. The launch is captured, not made."""
-    from flashtile.kernels import plans
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     for variable in ("FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
         monkeypatch.setenv(variable, "1")
     for variable in ("FLASHTILE_GLUON_BWD_CONFIG", "FLASHTILE_GLUON_BWD_PERSISTENT"):
         monkeypatch.delenv(variable, raising=False)
-    launches = []
-    monkeypatch.setattr(plans, "gluon_launch", lambda *args: launches.append(args))
-    q, dout = (torch.randn(2, 1024, 3, 96, dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(2, 1024, 1, 96, dtype=torch.bfloat16) for _ in range(2))   # GQA 3:1
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    q, dout, k, v = d96_gqa_inputs()
     lse = dsum = torch.zeros(2, 3, 1024)
     for causal in (False, True):
         params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)

@@ -9,7 +9,8 @@ import pytest
 import torch
 from test_kernels import check
 from utils import (GLUON_SHAPES, assert_d96_needs_dv96, assert_split_descriptors, count_calls,
-                   gluon_cases_over, gluon_switched_on, needs_hopper)
+                   d96_gqa_inputs, gluon_cases_over, gluon_launches, gluon_switched_on,
+                   needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
@@ -49,14 +50,11 @@ def test_head_dim_96_runs_in_split_tiles(monkeypatch):
     tiles, and d = dv. By default (switch unset or ``auto``) it covers d=96 alone, not
     d=64/128; ``0`` covers nothing. The other head dims pass five descriptors and None for the
     second part's five. The launch is captured, not made."""
-    from flashtile.kernels import plans
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
     monkeypatch.delenv("FLASHTILE_GLUON_DQ_CONFIG", raising=False)
-    launches = []
-    monkeypatch.setattr(plans, "gluon_launch", lambda *args: launches.append(args))
-    q, dout = (torch.randn(2, 1024, 3, 96, dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(2, 1024, 1, 96, dtype=torch.bfloat16) for _ in range(2))   # GQA 3:1
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    q, dout, k, v = d96_gqa_inputs()
     lse = dsum = torch.zeros(2, 3, 1024)
     for causal in (False, True):
         params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)

@@ -11,8 +11,8 @@ import pytest
 import torch
 from test_kernels import check
 from utils import (assert_split_descriptors, check_causal_groups, check_persistent, count_calls,
-                   gluon_cases, gluon_cases_over, gluon_launches, gluon_switched_on,
-                   needs_hopper)
+                   d96_gqa_inputs, gluon_cases, gluon_cases_over, gluon_launches,
+                   gluon_switched_on, needs_hopper)
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd256_hopper, bwd_hopper, dq_hopper, fwd_hopper
@@ -461,18 +461,15 @@ def test_head_dim_96_runs_in_two_parts(monkeypatch):
     four descriptors and None for the second part's. The Gluon dK/dV and dQ kernels cover
     d=96 too (split likewise, tests/test_bwd_hopper.py, tests/test_dq_hopper.py; dQ switched
     on). The device is stubbed as an sm_90 GPU; the launch is captured, not made."""
-    from flashtile.kernels import plans
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
     for variable in ("FLASHTILE_GLUON_FWD", "FLASHTILE_GLUON_BWD", "FLASHTILE_GLUON_DQ"):
         monkeypatch.setenv(variable, "1")
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
         monkeypatch.delenv(variable, raising=False)
-    launches = []
-    monkeypatch.setattr(plans, "gluon_launch", lambda *args: launches.append(args))
+    launches = gluon_launches(monkeypatch, run=False, full=True)
     assert fwd_hopper.head_parts(96) == (64, 32)
     assert [fwd_hopper.head_parts(d) for d in (64, 128, 256)] == [(64, 0), (128, 0), (256, 0)]
-    q = torch.randn(2, 1024, 3, 96, dtype=torch.bfloat16)
-    k, v = (torch.randn(2, 1024, 1, 96, dtype=torch.bfloat16) for _ in range(2))   # GQA 3:1
+    q, _, k, v = d96_gqa_inputs()
     for causal in (False, True):
         params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
         assert fwd_hopper.covers(q, k, v, params, fwd_hopper._CONFIGS)

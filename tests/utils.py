@@ -97,18 +97,27 @@ def gluon_switched_on(monkeypatch, variable: str, module, name: str):
     flashtile.set_backend(None)
 
 
-def gluon_launches(monkeypatch, run: bool = True) -> list:
+def gluon_launches(monkeypatch, run: bool = True, full: bool = False) -> list:
     """The Gluon launches of the calls that follow, as ``(role, grid, meta)`` (role ``fwd``,
     ``dkdv`` or ``dq``): what a switch actually sent to the kernel. ``run``: the real launch
-    runs too (False: captured only, e.g. on the CPU)."""
+    runs too (False: captured only, e.g. on the CPU). ``full``: each launch's whole argument
+    tuple instead (record, kernel, grid, tiles, args, meta, make_descriptor, role, label)."""
     from flashtile.kernels import plans
     seen, real = [], plans.gluon_launch
 
-    def spy(*args):     # (record, kernel, grid, tiles, args, meta, make_descriptor, role, label)
-        seen.append((args[7], args[2], args[5]))
+    def spy(*args):
+        seen.append(args if full else (args[7], args[2], args[5]))
         return real(*args) if run else None
     monkeypatch.setattr(plans, "gluon_launch", spy)
     return seen
+
+
+def d96_gqa_inputs() -> tuple:
+    """q, dout ``(2, 1024, 3, 96)`` and k, v ``(2, 1024, 1, 96)`` bf16 on the CPU (GQA 3:1): the
+    d=96 split-tile launch tests' call."""
+    q, dout = (torch.randn(2, 1024, 3, 96, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 1024, 1, 96, dtype=torch.bfloat16) for _ in range(2))
+    return q, dout, k, v
 
 
 def assert_split_descriptors(tiles, make_descriptor, d: int = 96) -> None:
