@@ -18,8 +18,9 @@ allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spe
 configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BWD256_CONFIG``/
 ``_DQ256_CONFIG`` or their defaults; a backward kernel without a config for ``--d`` is
 skipped: d=256 compiles the forward and the d=256 dK/dV and dQ kernels, d=96 the forward, the
-dK/dV kernel (without its one pass) and the dQ kernel in split tiles) and exits 1 if ptxas spills or warns
-of a performance loss in any (its C75xx warnings: wgmma serialised), 0 otherwise.
+dK/dV kernel (without its one pass) and the dQ kernel in split tiles) and exits 1 if ptxas
+spills or warns of a performance loss in any (its C75xx warnings: wgmma serialised), 0
+otherwise.
 """
 
 from __future__ import annotations

@@ -91,8 +91,8 @@ def test_head_dim_96_config_and_rules(monkeypatch):
 
 def test_head_dim_96_runs_in_split_tiles(monkeypatch):
     """d=96 (switched on, on a stubbed sm_90 device): the dK/dV kernel covers it (and the Gluon
-    dQ kernel, tests/test_dq_hopper.py); the launch splits the head dim into 64 + 32 columns: thirteen TMA
-    descriptors (q, k, v, dout, dk, dv for columns 0:64, the dQ stand-in, then the six for
+    dQ kernel, tests/test_dq_hopper.py); the launch splits the head dim into 64 + 32 columns:
+    thirteen TMA descriptors (q, k, v, dout, dk, dv for columns 0:64, the dQ stand-in, then the six for
     64:96), all over the folded ``(b*s, h*96)`` views, boxes of 64 and 32 columns (rows: 64 for
     q/dout/k/v/dk/dv), swizzled 128 and 64 bytes; ``HEAD_D=64, HEAD_D2=32``, two
     passes (a dQ accumulator is refused). The lengths must be multiples of the 64-query and
