@@ -205,8 +205,8 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
                                              (256, False, False), (256, True, False),
                                              (96, False, False), (96, True, False)])
 def test_first_softmax_rule_by_head_dim_and_mask(monkeypatch, d, causal, early):
-    """With P through shared memory (``FLASHTILE_GLUON_FWD_P_REGS=0`` at d=64/128; d=96 and
-    d=256 always), S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128
+    """With P through shared memory (``FLASHTILE_GLUON_FWD_P_REGS=0`` at d=64/96/128; d=256
+    always), S_1 is issued before an item's first softmax (``EARLY_S1``) except at d=128
     without a mask (:func:`fwd_hopper.early_s1`, measured per case) and at d=256 and d=96 (it
     spills there, offline). Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
@@ -259,10 +259,9 @@ def test_o_leaves_through_p_only_when_it_must():
                                               (64, True, 1024), (96, False, 1024),
                                               (96, True, 2048), (256, True, 1024)])
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
-    """P in registers (``P_REGS``) is the default at d=64 and d=128 (unset, ``auto`` or
-    ``1``; wide and narrow tiles, either mask); at d=96 (split head dim, unmeasured) only with
-    ``FLASHTILE_GLUON_FWD_P_REGS=1``; with it there is neither O through a P buffer nor an
-    early S_1. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
+    """P in registers (``P_REGS``) is the default at d=64, d=96 (split head dim) and d=128
+    (unset, ``auto`` or ``1``; wide and narrow tiles, either mask); with it there is neither
+    O through a P buffer nor an early S_1. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
     variable is ignored. Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
@@ -275,14 +274,13 @@ def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
             monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", value)
-        assert fwd_hopper.p_in_registers(d) == ((d in (64, 128) and value != "0")
-                                                or (d == 96 and value == "1"))
+        assert fwd_hopper.p_in_registers(d) == (d in (64, 96, 128) and value != "0")
         fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
         ((role, _, meta),) = seen
         seen.clear()
         metas.append(meta)
     default, auto, asked, smem = metas
-    assert default == auto == (asked if d in (64, 128) else smem)
+    assert default == auto == (asked if d in (64, 96, 128) else smem)
     assert not smem["P_REGS"]
     if d in (64, 96, 128):
         assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
@@ -349,29 +347,40 @@ def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dty
             if role == "fwd"] == [(True, True)]
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128),
-                   (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96)])
-@pytest.mark.parametrize("narrow", [False, True], ids=["default-tiles", "64x4"])
-@pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers", "p-in-shared"])
-def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, narrow, p_regs):
-    """P V's A operand from registers (the default at d=64/128, FA3's order; O apart; at d=96
-    asked for explicitly, one register P for both parts' products) and from shared memory
-    (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64 call, d=96's split
-    head dim, and items of one or two tiles (the branch without a loop); d=128 also on 64
-    keys x 4 slots. Outputs (NaN-poisoned before the launch) and gradients within budget,
-    and the launch given P_REGS."""
-    b, s, hq, hkv, d = shape
-    if narrow and d != 128:
-        pytest.skip("the 64-key config is d=128's")
-    if narrow:
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,64,4,240")
+def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_regs):
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", p_regs)
+    if config:
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
     else:
         monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", p_regs)
     launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
     assert [meta["P_REGS"] for role, _, meta in launches if role == "fwd"] == [p_regs == "1"]
+
+
+P_OPERANDS = pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers", "p-in-shared"])
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128),
+                   (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96)])
+@P_OPERANDS
+def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, p_regs):
+    """P V's A operand from registers (the default at d=64/96/128, FA3's order; O apart; at
+    d=96 one register P for both parts' products) and from shared memory
+    (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64 call, d=96's split
+    head dim, and items of one or two tiles (the branch without a loop). Outputs
+    (NaN-poisoned before the launch) and gradients within budget, and the launch given
+    P_REGS."""
+    _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, None, p_regs)
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
+@P_OPERANDS
+def test_p_operand_64_key_tiles(gluon_calls, monkeypatch, shape, causal, dtype, p_regs):
+    """As :func:`test_p_operand`, at d=128 on 64 keys x 4 slots (its narrow config)."""
+    _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, "64,64,4,240", p_regs)
 
 
 @pytest.mark.parametrize("config,where", [

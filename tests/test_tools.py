@@ -85,7 +85,9 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
     asynchronous, in the shared memory of one H200 SM, and with no spills except d=96's dK/dV
     kernel at 64 queries per tile (28 B unmasked, 76 B causal: item-level scalars outside the
     tile loop; measured 7-11% faster than 32 queries all the same, kernels/bwd_hopper.py),
-    held under 128 B here."""
+    held under 128 B here, and d=96's forward with P in registers causal (4 B, a value loaded
+    once per partition outside the loops; measured 1-7% faster than P through shared memory),
+    held under 8 B."""
     # (the script exits 1 on any spill: d=96 dK/dV's allowance is checked below)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d),
                *([mask] if mask == "--causal" else []), ok=(0, 1) if d == 96 else (0,))
@@ -95,7 +97,8 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
     assert ("skipped bwd_hopper" if d == 256 else "skipped the one-pass dkdv") in out, out
     for name, line in lines.items():
         spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
-        assert spill <= (128 if (d, name) == (96, "gluon dkdv") else 0), line
+        allowed = {(96, "gluon dkdv"): 128, (96, "gluon fwd (ws)"): 8}.get((d, name), 0)
+        assert spill <= allowed, line
         assert "C75" not in line, line
         assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
         n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]

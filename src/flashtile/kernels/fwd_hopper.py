@@ -68,7 +68,8 @@ and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 28
 374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); d=96's
 dK/dV runs in :mod:`.bwd_hopper`'s kernel in the same split tiles (its dQ in two passes).
 
-P in registers (d=64 and d=128, by default since session 21: :func:`p_in_registers`): P V
+P in registers (d=64 and d=128 by default since session 21, d=96 since session 22:
+:func:`p_in_registers`): P V
 takes P as wgmma's register A operand in FA3's order (issue S_{j+1}, issue P_j V_j, wait for
 S_{j+1}, softmax into P_{j+1}, wait for P_j V_j, discount O; :func:`_rs_softmax`), with no P
 buffers (O apart). Per tile and consumer that drops the 16 KB store of P, its fence and the
@@ -80,17 +81,19 @@ there). On the H200 (session 21, one round against two of P through shared memor
 1k/4k/16k) kernel time fell by 3.6-9.2% at d=128, causal or not (4k unmasked: 567-572 ->
 671 TFLOP/s, 1.10x cuDNN in the same run), and by 2.8-6% at d=64 unmasked.
 ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory as before (the session-11 path,
-which d=256 keeps). d=96 takes it only when asked for (``=1``, unmeasured): one register P
+which d=256 keeps). At d=96 one register P
 feeds both parts' products (O_1 with 64 columns, O_2 with 32): the A operand's register
 layout does not depend on the product's width (the dot-operand layouts with either output
 as parent are one linear layout), so P is converted once, as at d=64/128. Offline (sm_90a,
 bf16, 1k) it compiles with 14 waits for 132 HGMMA, none serialised, the exp2 between the
 two waits, 148 KB of shared memory (213 KB with P buffers) and no spills, except one 4-byte
-value causal (loaded once per partition, outside the loops). Without P buffers a third
-128-key slot fits (unmeasured, for sweeps: ``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): at
-d=96 with O apart (193 KB), at d=128 with O through Q (:func:`o_in_q`, 225 KB); offline
-both compile like their 2-slot configs (d=128: 14 waits for 96 HGMMA, no spills, causal or
-not).
+value causal (loaded once per partition, outside the loops). On the H200 (session 22, two
+alternating rounds, bf16, 1k/4k/16k) kernel time fell by 7-11% unmasked and 1-7% causal.
+Without P buffers a third 128-key slot fits (for sweeps:
+``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): at d=96 with O apart (193 KB), at d=128 with
+O through Q (:func:`o_in_q`, 225 KB); offline both compile like their 2-slot configs. On
+the H200 (session 22, two rounds) it was not taken: d=128 +0% to +5% kernel time (-2% causal
+1k), d=96 -1% to -2% unmasked but +4% causal 1k.
 
 History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
 parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
@@ -573,7 +576,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
     wgmma is a commit group of its own, so S and P V are two groups each: waiting for P V
     while S_{j+2} computes leaves 2 in flight, not 1.
 
-    ``P_REGS`` (d=64/128 by default, d=96 when asked for, :func:`p_in_registers`; ``p_smem``
+    ``P_REGS`` (d=64/96/128 by default, :func:`p_in_registers`; ``p_smem``
     is then ``(2, BLOCK_M)`` fp32, each consumer's store anchor, see :func:`_rs_softmax`): P
     stays in registers as P V's A operand, in FA3's order per tile j (:func:`_rs_products`,
     :func:`_rs_softmax`): issue S_{j+1}, issue P_j V_j (and P_j V_{2,j} where the head dim
@@ -1045,15 +1048,13 @@ def p_in_registers(d: int) -> bool:
     """Whether P stays in registers as the A operand of P V (the kernel's ``P_REGS``, in
     FlashAttention-3's order per tile: issue S_{j+1}, issue P_j V_j, wait for S_{j+1},
     softmax into P_{j+1}, wait for P_j V_j, discount O; see :func:`_consume`): by default at
-    d=64 and d=128 (kernel time -3.6% to -9.2% at d=128, session 21);
-    ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory instead. At d=96 (split head
-    dim: one register P for both output products) only when asked for (``=1``; unmeasured on
-    the GPU, so unset or ``auto`` keeps P in shared memory there). Ignored at d=256 (its 128
-    registers of O leave no room for two P). It needs no P buffers and no early S_1."""
+    d=64, d=96 and d=128 (kernel time -3.6% to -9.2% at d=128, session 21; at d=96, split
+    head dim, one register P feeds both output products: -7% to -11% unmasked, -1% to -7%
+    causal, session 22); ``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory instead.
+    Ignored at d=256 (its 128 registers of O leave no room for two P). It needs no P buffers
+    and no early S_1."""
     forced = env_forced("FLASHTILE_GLUON_FWD_P_REGS")
-    if d == 96:
-        return forced is True
-    return forced is not False and d in (64, 128)
+    return forced is not False and d in (64, 96, 128)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
