@@ -50,7 +50,8 @@ def main() -> None:
         with provider.context():
             out = fn(q, k, v)
             if case.needs_grad:
-                out.backward(dout)
+                # (the grads of the step alone: no accumulation into the last step's .grad)
+                torch.autograd.grad(out, (q, k, v), dout)
 
     for _ in range(args.warmup):
         step()
