@@ -38,7 +38,15 @@ pass's dQ part, reduced early), wait. Offline (sm_90a, bf16, 1k, d=128, 64 keys 
 x 4 slots x 240 registers, which spilled 64-184 B and serialised every wgmma overlapped):
 two passes 0 B of spills unmasked, 16 B causal (outside the tile loop), 4 waits for 48
 HGMMA; the one pass still spills 212-280 B, some inside the tile loop (3 slots: 4 need more
-shared memory than a CTA has). Not measured on a GPU yet.
+shared memory than a CTA has). On the H200 (session 22, two alternating rounds, bf16,
+1k/4k/16k, backward kernel sums against the default one pass): one tile at a time at 64 x 32
+costs +14% to +33% (one pass) and +17% to +32% (two passes); at 64 x 64 (two passes) +2% to
++10%, about what the overlapped two passes at 64 x 32 cost (+2% to +9%): the 64-query tile
+wins back what the lost overlap costs, no more. Not adopted. Nsight Compute read the default
+kernel at d=128, 4k: tensor pipe 49%, L1/shared 71%, against cuDNN's backward kernel's 64%
+and 69% (2.90 against 2.30 ms): cuDNN does ~1.3x the tensor work per shared-memory byte.
+The transposed N=32 products that read both operands from shared memory are the suspects
+(docs/perf.md, session 22).
 
 dQ comes from a second pass (the tile-level dQ kernel) and ``D = rowsum(dO * O)`` from the
 preprocess kernel, except in one pass (:func:`one_pass`, the default where it measured
@@ -789,7 +797,8 @@ def overlap() -> bool:
     wait; dV, dK and the one pass's dQ part, wait), which frees S^T's and dP^T's registers
     while dV and dK run: built for 64 queries per tile at d=128, where the overlapped
     schedule spills (``_CONFIGS``); its dQ reductions leave early (no ``DQ_LATE``).
-    Unset, ``auto`` or ``1``: the overlapped schedule."""
+    Measured 2-33% slower (session 22, module docstring), so unset, ``auto`` or ``1``: the
+    overlapped schedule."""
     return env_forced("FLASHTILE_GLUON_BWD_OVERLAP") is not False
 
 

@@ -153,8 +153,9 @@ LOG2E = 1.4426950408889634
 # d=96 (split 64 + 32, :func:`head_parts`; session 19, the 64-key configs unmeasured): 128
 # keys x 2 slots with O apart (208 KB), d=128's shape; offline also clean: 64 keys x 4/5/6
 # slots (176/200/224 KB, O apart), x 7 (O through Q), 32 keys x 8 slots
-# With P in registers (no P buffers; unmeasured): 128 keys x 3 slots compile clean at d=128
-# (O through Q, 225 KB) and d=96 (O apart, 193 KB)
+# With P in registers (no P buffers): 128 keys x 3 slots compile clean at d=128 (O through
+# Q, 225 KB) and d=96 (O apart, 193 KB); measured (session 22, two rounds, kernel sums against
+# 2 slots): d=128 +0% to +5% (causal 1k -2%), d=96 -1% to -2% unmasked, -5% to +4% causal
 _CONFIGS = {64: (64, 128, 4, 240), 96: (64, 128, 2, 240), 128: (64, 128, 2, 240),
             256: (64, 64, 2, 240)}
 # d=128 with key lengths that are multiples of 64 but not of 128, and d=128 causal up to
@@ -1003,7 +1004,8 @@ def early_s1(d: int, causal: bool) -> bool:
     two alternating runs at 512/1k/4k): d=64 unmasked -1%/-4%/-2%, d=128 causal
     -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (no spills either way: why is not
     established), so there it stays after. d=64 causal runs the tile-level forward by default
-    (:data:`AHEAD`); forced onto this kernel it takes d=64's early start, unmeasured. d=256
+    (:data:`AHEAD`; forced onto this kernel, now with P in registers, 4-14% slower at
+    512-16k, session 22). d=256
     never: S_0 and S_1 live beside its 128 registers of O made ptxas spill (offline, 64 keys
     x 2 slots: 84 B unmasked, 16 B causal; 0 B with S_1 after). d=96 never either (its split
     tiles at 128 keys x 2 slots, offline: 192 B unmasked, 12/16 B causal; 0 B with S_1
