@@ -261,8 +261,9 @@ def test_o_leaves_through_p_only_when_it_must():
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
     """P in registers (``P_REGS``) is the default at d=64, d=96 (split head dim) and d=128
     (unset, ``auto`` or ``1``; wide and narrow tiles, either mask); with it there is neither
-    O through a P buffer nor an early S_1. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
-    variable is ignored. Runs on the CPU: the launch is captured, not made."""
+    O through a P buffer nor an early S_1. ``0`` stores P to shared memory, the launch
+    otherwise the same. At d=256 the variable is ignored. Runs on the CPU: the launch is
+    captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
         monkeypatch.delenv(variable, raising=False)
