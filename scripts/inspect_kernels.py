@@ -20,7 +20,9 @@ configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BW
 skipped: d=256 compiles the forward and the d=256 dK/dV and dQ kernels, d=96 the forward, the
 dK/dV kernel (without its one pass) and the dQ kernel in split tiles) and exits 1 if ptxas
 spills or warns of a performance loss in any (its C75xx warnings: wgmma serialised), 0
-otherwise.
+otherwise. With ``FLASHTILE_GLUON_BWD_ROWS=1``, ``--one-pass --d 128`` compiles the
+queries-as-rows one-pass kernel (``kernels/bwdrows_hopper.py``, listed as ``gluon dkdv rows``)
+in place of ``gluon dkdv+dq (one pass)``.
 """
 
 from __future__ import annotations
@@ -149,13 +151,15 @@ def inspect_gluon(args, dtype) -> int:
     """The Gluon forward, dK/dV (and with ``--one-pass`` the one-pass dK/dV+dQ), and dQ kernels
     at one head dim and mask; 1 if any spills or ptxas warns that it serialised the wgmmas."""
     import flashtile
-    from flashtile.kernels import (bwd256_hopper, bwd_hopper, dq256_hopper, dq_hopper,
-                                   fwd_hopper)
+    from flashtile.kernels import (bwd256_hopper, bwd_hopper, bwdrows_hopper, dq256_hopper,
+                                   dq_hopper, fwd_hopper)
     sink = []
     fwd_hopper._fwd_hopper_kernel = GluonCapture("gluon fwd (ws)", fwd_hopper._fwd_hopper_kernel,
                                                  sink)
     bwd_hopper._dkdv_hopper_kernel = GluonCapture("gluon dkdv", bwd_hopper._dkdv_hopper_kernel,
                                                   sink)
+    bwdrows_hopper._dkdv_rows_kernel = GluonCapture("gluon dkdv rows",
+                                                    bwdrows_hopper._dkdv_rows_kernel, sink)
     dq_hopper._dq_hopper_kernel = GluonCapture("gluon dq", dq_hopper._dq_hopper_kernel, sink)
     bwd256_hopper._dkdv256_kernel = GluonCapture("gluon dkdv256", bwd256_hopper._dkdv256_kernel,
                                                  sink)

@@ -107,6 +107,26 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
         assert n_waits * 4 <= n_hgmma, out
 
 
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
+def test_rows_dkdv_kernel_compiles_clean(monkeypatch, mask):
+    """``FLASHTILE_GLUON_BWD_ROWS=1``: the one pass at d=128 compiles the queries-as-rows
+    dK/dV + dQ kernel (kernels/bwdrows_hopper.py) in place of the transposed one: no spills,
+    no serialised wgmma (offline: 4 waits for 64 HGMMA), in the shared memory of one H200
+    SM."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
+               *([mask] if mask == "--causal" else []))
+    lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
+    assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dkdv rows", "gluon dq"}, out
+    line = lines["gluon dkdv rows"]
+    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
+                                                   .split("wgmma waits:")[1].splitlines()[0]))
+    assert n_waits * 4 <= n_hgmma, out
+
+
 def test_host_overhead_times_the_host_path():
     out = _run("host_overhead.py", "--what", "fwd", "--calls", "5")
     assert re.search(r"fwd: \d+ us of host time per call", out), out

@@ -838,7 +838,12 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
     plan's recorder (:func:`.plans.gluon_launch`). With ``dq_acc`` (float32, contiguous, shaped
     :func:`dq_acc_shape`, zeros) the same pass adds ``softmax_scale * dS K`` into it (one
-    pass)."""
+    pass). ``FLASHTILE_GLUON_BWD_ROWS=1`` sends the one pass at d=128 to
+    :mod:`.bwdrows_hopper` (queries as rows; opt-in, :func:`.bwdrows_hopper.takes`)."""
+    if dq_acc is not None:
+        from . import bwdrows_hopper        # (imports this module)
+        if bwdrows_hopper.takes(q, k):
+            return bwdrows_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc)
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)

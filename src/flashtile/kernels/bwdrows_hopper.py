@@ -1,0 +1,285 @@
+"""Hopper dK/dV + dQ kernel (one pass) in Gluon with the queries as rows: FlashAttention-3's layout.
+
+:mod:`.bwd_hopper` computes its products transposed (keys as rows, 32 queries per tile); its
+three N=32 products with both operands in shared memory are bound by shared-memory bandwidth
+(Nsight Compute, H200, d=128 4k bf16: tensor pipe 49%, L1/shared 71%). This kernel takes
+the layout of FlashAttention-3's backward instead, at d=128 and in one pass only (dQ added
+by TMA reductions into an fp32 accumulator, as :mod:`.bwd_hopper`'s one pass does).
+
+Notation (per CTA: one work item, 128 keys of one KV head, :func:`.bwd_hopper._item`):
+
+- two consumer warpgroups; consumer ``HALF`` owns keys ``[64 HALF, 64 HALF + 64)`` of the
+  item, its K and V tiles (``BLOCK_N x HEAD_D`` = 64 x 128) in shared memory;
+- a one-warp loader (:func:`.bwd_hopper._load_q_do`) streams (Q_j, dO_j) tiles of
+  ``BLOCK_M`` = 64 queries into a ring of ``NUM_STAGES`` = 2 slots, every query head of the
+  KV head in turn (GQA), the causal item starting at its first key's query tile;
+- per query tile j, consumer ``HALF``:
+
+  1. ``S = Q_j K^T`` and ``dP = dO_j V^T`` (M = 64 queries, N = 64 keys, K = d; both
+     operands from shared memory, K and V through a permuted view);
+  2. rows are queries: ``P = exp2(S * scale * log2e - LSE * log2e)`` (causal: key <= query),
+     ``dS = P * (dP - D)``;
+  3. P and dS (fp16/bf16) into its own 64 x 64 shared tiles ``p_smem[HALF]``,
+     ``ds_smem[HALF]``, fenced and announced on ``ds_ready`` (once both consumers' dQ
+     products of tile j-1 have released the dS tiles, ``ds_free``);
+  4. ``dV += P^T dO_j`` and ``dK += dS^T Q_j`` (M = 64 keys, N = d, K = 64 queries; A is the
+     transposed, MN-major view of its P / dS tile, B the ring slot's dO / Q);
+  5. once both dS halves are in: ``dQ_j[:, 64 HALF : 64 HALF + 64] = dS_0 K_0[:, part] +
+     dS_1 K_1[:, part]`` (M = 64 queries, N = 64, K = 2 x 64 keys, two wgmma chained), out
+     through the fp32 shared tile ``dq_smem[HALF]`` as a TMA reduce-add
+     (:func:`.bwd_hopper._tma_reduce_add`) into the accumulator of
+     :func:`.bwd_hopper.dq_acc_shape` (whose TMA blocks are exactly such 64 x 64 parts);
+  6. one wait for dV, dK and dQ, then the ring slot goes back to the loader and the dS tile
+     to the other consumer.
+
+  At the end dK (times the softmax scale) and dV leave through the K and V tiles by TMA,
+  once the other consumer's last dQ products have read this one's K.
+
+One program per item (no persistent grid; ``FLASHTILE_GLUON_BWD_PERSISTENT`` is not read),
+the causal order of :func:`.bwd_hopper._item` with chunks of 1 (``GROUP`` as
+:mod:`.bwd_hopper` chooses it). Registers per consumer thread (240): dK, dV 64 + 64, S, dP
+32 + 32, the dQ part 32 (after S and dP are dead). Shared memory at d=128: K, V 64 KB, the
+ring 2 x 32 KB, P, dS 32 KB, the dQ staging 32 KB: 192 KB (+ barriers).
+
+Opt-in: ``FLASHTILE_GLUON_BWD_ROWS=1`` (:func:`enabled`; unset, ``auto`` or ``0`` keep
+:mod:`.bwd_hopper`'s kernel; anything else a ValueError) sends :func:`.bwd_hopper.dkdv`'s
+one-pass calls at d=128 here (:func:`takes`: query lengths that are multiples of 64 as well);
+two passes, ``deterministic=True`` and the other head dims keep :mod:`.bwd_hopper`. d=64
+does not fall out: a consumer's dQ part would be 64 queries x 32 columns, not the
+accumulator's 64-column TMA blocks (and an M=32 wgmma does not exist).
+
+Offline verdict (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``FLASHTILE_GLUON_BWD_ROWS=1
+scripts/inspect_kernels.py --gluon --one-pass --d 128 [--causal]``), unmasked and causal
+alike: 0 B of spills (consumers at 240 registers by ``setmaxnreg``; ptxas reports the
+kernel's 168), 197,024 B of shared memory, 64 HGMMA (per consumer and tile: S 8, dP 8, dV 4,
+dK 4, dQ 2 x 4) for 4 wgmma waits (two per consumer and tile), no C75xx warning (no wgmma
+serialised). The first version held the shared tiles' wgmma descriptors as loop invariants
+and spilled 284 B inside the tile loop (see the opaque zero in :func:`_rows_consume`).
+Not yet run on a GPU: neither its correctness (tests/test_bwdrows_hopper.py) nor its speed.
+"""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.runtime.jit import constexpr_function
+
+from . import bwd_hopper, fwd_hopper, plans
+from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
+from .common import env_forced
+
+# (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
+_CONFIGS = {128: (64, 64, 2, 240)}
+
+
+@constexpr_function
+def _tile_layout(rows, cols, dtype):
+    """P and dS tiles' shared layout (64 x 64 fp16/bf16: 128-byte swizzle), read as the A
+    operand both as they are (dQ) and transposed (dV, dK)."""
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
+
+
+@gluon.jit
+def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
+            dtype: gl.constexpr):
+    """P and dS of one tile (queries as rows) in ``dtype``, from S and dP ``(queries,
+    keys)`` fp32 and the tile's rows LSE (log2 domain) and D."""
+    p = gl.exp2(s * qk_scale - lse2[:, None])
+    if CAUSAL:                                   # key j is seen by query i iff j <= i
+        p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
+    ds = p * (dp - d_row[:, None])
+    return p.to(dtype), ds.to(dtype)
+
+
+@gluon.jit
+def _dq_part_reduce(dq, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
+                    HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr):
+    """Tile t's dQ part (64 queries x 64 columns ``HALF``, complete) leaves as ``sm_scale *
+    dQ`` through this consumer's shared tile by a TMA reduction into the fp32 accumulator,
+    once the previous tile's reduction has read the tile (:func:`.bwd_hopper._dq_reduce`,
+    untransposed)."""
+    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D + HALF * 64
+    tma.store_wait(0)
+    gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
+    dq_smem.store(dq * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [row, col], dq_smem)
+
+
+@gluon.jit
+def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar, q_smem,
+                  do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty, LSE,
+                  DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles,
+                  nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                  HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  GROUP: gl.constexpr):
+    """Consumer partition (one warpgroup): its program's work item, dK and dV of the keys'
+    half ``HALF`` and the dQ columns' half ``HALF`` of every query tile (module docstring)."""
+    s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
+    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = k_desc.dtype
+    w = gl.program_id(0)
+    n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
+        w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
+        stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
+             None, None, None, None)
+    mbarrier.wait(kv_bar.index(HALF), 0)
+    mbarrier.wait(kv_bar.index(1 - HALF), 0)    # (the other K: read by the dQ products)
+    dq_buf = dq_smem.index(HALF)
+
+    keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    dq_zero = gl.zeros([BLOCK_M, 64], gl.float32, s_layout)
+    dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
+    dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
+    for t in range(n_t):
+        slot = t % NUM_STAGES
+        # The shared tiles' wgmma descriptors are loop invariants: hoisted, the 40 of them
+        # (K, V, P, dS, K's dQ columns; 64 bits each) overflow the uniform registers and
+        # spill. Indexed by an opaque zero of the loop (t < 2^30), they are made per tile.
+        z = t >> 30
+        k_cur = k_smem.index(HALF + z)
+        v_cur = v_smem.index(HALF + z)
+        # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
+        k0_part = k_smem.index(z).slice(HALF * 64, 64, dim=1)
+        k1_part = k_smem.index(1 + z).slice(HALF * 64, 64, dim=1)
+        p_buf = p_smem.index(HALF + z)
+        ds_buf = ds_smem.index(HALF + z)
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
+                                 n_i, BLOCK_M, row_layout)
+        q_pos = (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+        mbarrier.wait(ready.index(slot), (t // NUM_STAGES) & 1)
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        s = warpgroup_mma(q_tile, k_cur.permute((1, 0)), s_zero, use_acc=False,
+                          is_async=True)
+        dp = warpgroup_mma(do_tile, v_cur.permute((1, 0)), s_zero, use_acc=False,
+                           is_async=True)
+        s, dp = warpgroup_mma_wait(0, deps=(s, dp))
+        p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
+        # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have
+        # read the dS tiles (this one's own dV and dK of t-1, the P tile's reader, are done)
+        mbarrier.wait(ds_free, (t & 1) ^ 1)
+        p_buf.store(p)
+        ds_buf.store(ds)
+        fence_async_shared()
+        gl.thread_barrier()         # (every thread's part stored before the one arrival)
+        mbarrier.arrive(ds_ready, count=1)
+        dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
+        dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
+        mbarrier.wait(ds_ready, t & 1)              # (the other consumer's dS half)
+        dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
+        gl.thread_barrier()         # (every warp's products done before the arrivals)
+        mbarrier.arrive(empty.index(slot), count=1)
+        mbarrier.arrive(ds_free, count=1)
+        _dq_part_reduce(dq, dq_buf, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale, HALF,
+                        BLOCK_M, HEAD_D)
+    # the other consumer's last dQ products have read this one's K: K and V stage dK and dV
+    mbarrier.wait(ds_free, (n_t - 1) & 1)
+    k_cur = k_smem.index(HALF)
+    v_cur = v_smem.index(HALF)
+    k_cur.store((dk * sm_scale).to(dtype))
+    v_cur.store(dv.to(dtype))
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(dk_desc, [kv_row0 + HALF * BLOCK_N, kv_col], k_cur)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row0 + HALF * BLOCK_N, kv_col], v_cur)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
+                      stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, nheads_kv, group,
+                      seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
+                      BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                      CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
+    # One program per work item (n_work programs): 2 * BLOCK_N keys of one (batch, KV head).
+    dtype: gl.constexpr = k_desc.dtype
+    k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], v_desc.layout)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, BLOCK_M, HEAD_D], do_desc.layout)
+    p_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N],
+                                       _tile_layout(BLOCK_M, BLOCK_N, dtype))
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N],
+                                        _tile_layout(BLOCK_M, BLOCK_N, dtype))
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, 64], dq_desc.layout)
+    kv_bar = fwd_hopper.barriers(2, 1)
+    ready = fwd_hopper.barriers(NUM_STAGES, 1)
+    empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
+    ds_ready = fwd_hopper.barriers(1, 2).index(0)       # both dS halves stored
+    ds_free = fwd_hopper.barriers(1, 2).index(0)        # both consumers' dQ products done
+    # (constexpr Nones: warp_specialize's argument tuples take no bare None)
+    no_desc: gl.constexpr = None
+    no_smem: gl.constexpr = None
+    # (the two consumers' lists differ in HALF only, yet are spelled out: the Gluon front end
+    # passes the constexprs of a concatenated tuple on as tensors)
+    gl.warp_specialize([
+        (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
+                         q_smem, do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready,
+                         empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
+                         n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
+                         sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
+        (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
+                         q_smem, do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready,
+                         empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
+                         n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
+                         sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
+        (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
+                      nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
+                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def enabled() -> bool:
+    """``FLASHTILE_GLUON_BWD_ROWS=1`` asks for this kernel; unset, empty, ``auto`` or ``0``
+    keep :mod:`.bwd_hopper`'s (opt-in: not yet measured); anything else a ValueError."""
+    return env_forced("FLASHTILE_GLUON_BWD_ROWS") is True
+
+
+def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether a one-pass call that :mod:`.bwd_hopper` covers runs here: switched on
+    (:func:`enabled`), a head dim with a config (d=128), and lengths that are multiples of
+    this kernel's tiles (64 queries; 128 keys, as :mod:`.bwd_hopper`'s at d=128)."""
+    if not enabled():
+        return False
+    d = q.shape[3]
+    if d not in _CONFIGS:
+        return False
+    keys, queries = _CONFIGS[d][:2]
+    return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
+
+
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
+    """dK and dV into ``dk``/``dv`` and ``softmax_scale * dS K`` added into ``dq_acc``
+    (float32, :func:`.bwd_hopper.dq_acc_shape`, zeros), as :func:`.bwd_hopper.dkdv`'s one
+    pass (same arguments; the caller has checked :func:`takes`)."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
+    block_n, block_m, stages, regs = _CONFIGS[d]
+    n_ntiles = sk // (2 * block_n)
+    n_work = n_ntiles * b * hkv
+    causal = fwd_hopper.causal(params)
+    tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
+             (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, 64)))
+    plans.gluon_launch(
+        record, _dkdv_rows_kernel, (n_work,), tiles,
+        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,
+         hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
+         params.softmax_scale),
+        dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
+             CONSUMER_REGS=regs, num_warps=4,
+             GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
+                                           "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
+        fwd_hopper.part_descriptor, "dkdv", f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ")

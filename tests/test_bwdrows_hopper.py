@@ -1,0 +1,101 @@
+"""The queries-as-rows one-pass dK/dV + dQ kernel for Hopper
+(:mod:`flashtile.kernels.bwdrows_hopper`, opt-in by ``FLASHTILE_GLUON_BWD_ROWS=1``): which
+calls its switch sends there (CPU, launches captured), and the gradients against the float64
+reference (GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_kernels import check
+from utils import gluon_cases_over, gluon_launches, gluon_switched_on
+
+from flashtile.interface import _flash_params
+from flashtile.kernels import bwd_hopper, bwdrows_hopper, common, dq_hopper
+
+
+@pytest.fixture
+def gluon_calls(monkeypatch):
+    """The Gluon dK/dV kernel switched on (as by default), its launcher's calls counted (the
+    real one runs; the rows kernel is launched from it)."""
+    yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
+def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_ROWS=1`` with the one pass: the rows kernel computes dK, dV and
+    dQ (GQA 3:1 with several items per KV head, and MHA with one item of 128 keys and 4
+    query tiles per head; causal and not): all three gradients within budget, one launch,
+    of the rows kernel, and no dQ kernel."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
+    dq_calls = []
+    monkeypatch.setattr(dq_hopper, "dq", lambda *a, **k: dq_calls.append(a))
+    launches = gluon_launches(monkeypatch, full=True)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1 and dq_calls == []
+    ((kernel, grid, meta, label),) = [(x[1], x[2], x[5], x[8]) for x in launches
+                                      if x[7] == "dkdv"]
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel, label
+    assert label.startswith("gluon rows") and meta["CAUSAL"] == causal
+    assert grid == (b * hkv * s // 128,)
+
+
+def _call(d: int = 128, sq: int = 1024, causal: bool = False):
+    """q, k, v, dout ``(2, sq, 4, d)`` / k, v ``(2, 1024, 2, d)`` bf16 on the CPU, and the
+    call's params."""
+    q, dout = (torch.randn(2, sq, 4, d, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(2, 1024, 2, d, dtype=torch.bfloat16) for _ in range(2))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    return q, k, v, dout, params
+
+
+def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_ROWS``: ``1`` sends :func:`bwd_hopper.dkdv`'s one pass at d=128
+    (causal and not) to the rows kernel: 64 queries x 2 slots, one program per item even
+    where a persistent grid is forced, the dQ accumulator in 64 x 64 blocks; two passes, d=64
+    and query lengths that are not multiples of 64 keep :mod:`.bwd_hopper`'s kernel, as do
+    unset, ``auto`` and ``0``; anything else is refused. The variable is one of the plan
+    keys' options. Runs on the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+
+    def launched(d=128, sq=1024, causal=False, one_pass=True):
+        q, k, v, dout, params = _call(d, sq, causal)
+        lse = dsum = torch.zeros(2, 4, sq)
+        dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q)) if one_pass else None
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=dq_acc)
+        (launch,) = launches
+        launches.clear()
+        return launch, dq_acc
+
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    for causal in (False, True):
+        (_, kernel, grid, tiles, _, meta, _, role, label), dq_acc = launched(causal=causal)
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and role == "dkdv"
+        assert label == "gluon rows 128x64/2s +dQ"
+        assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
+        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal
+        assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
+        assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
+        assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
+    for case in (dict(one_pass=False), dict(d=64), dict(sq=1056)):
+        (_, kernel, *_), _ = launched(**case)
+        assert kernel is bwd_hopper._dkdv_hopper_kernel, case
+    for value in (None, "", "auto", "0"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", value)
+        (_, kernel, *_), _ = launched()
+        assert kernel is bwd_hopper._dkdv_hopper_kernel, value
+        assert not bwdrows_hopper.enabled()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS must be 0, 1 or 'auto'"):
+        launched()
+    launched(one_pass=False)       # (two passes never read it)
