@@ -20,9 +20,9 @@ configs from ``FLASHTILE_GLUON_FWD_CONFIG``/``_BWD_CONFIG``/``_DQ_CONFIG``/``_BW
 skipped: d=256 compiles the forward and the d=256 dK/dV and dQ kernels, d=96 the forward, the
 dK/dV kernel (without its one pass) and the dQ kernel in split tiles) and exits 1 if ptxas
 spills or warns of a performance loss in any (its C75xx warnings: wgmma serialised), 0
-otherwise. With ``FLASHTILE_GLUON_BWD_ROWS=1``, ``--one-pass --d 128`` compiles the
-queries-as-rows one-pass kernel (``kernels/bwdrows_hopper.py``, listed as ``gluon dkdv rows``)
-in place of ``gluon dkdv+dq (one pass)``.
+otherwise. ``--one-pass --d 128`` compiles the queries-as-rows one-pass kernel
+(``kernels/bwdrows_hopper.py``, the default there, listed as ``gluon dkdv rows``);
+``FLASHTILE_GLUON_BWD_ROWS=0`` compiles the transposed ``gluon dkdv+dq (one pass)`` instead.
 """
 
 from __future__ import annotations

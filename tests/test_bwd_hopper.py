@@ -212,6 +212,7 @@ def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
     accumulator; GQA/MQA (dQ of every query head of a KV head), causal, one and several work
     items per program (d=64's persistent grid); all three gradients within budget; one
     launch of the kernel and none of a dQ kernel."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
     dq_calls = []
@@ -226,6 +227,7 @@ def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
 def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_DQ_LATE=1``: each tile's dQ part leaves after the next tile's
     products are issued; all three gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
     b, s, hq, hkv, d = shape
@@ -262,6 +264,7 @@ def test_overlap_switch(monkeypatch, d):
     options. Runs on the CPU: the launch is captured, not made."""
     from flashtile.kernels import common, plans
     assert "FLASHTILE_GLUON_BWD_OVERLAP" in common.GLUON_OPTIONS["bwd_hopper"]
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
@@ -313,6 +316,7 @@ def test_one_tile_at_a_time_64_queries(gluon_calls, monkeypatch, shape, causal, 
     of the kernel, without and with the one pass's dQ."""
     from flashtile.kernels import bwd
     b, s, hq, hkv, d = shape
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_OVERLAP", "0")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG",
                        "64,64,3,240" if dq_pass == "atomic" else "64,64,4,240")
@@ -367,7 +371,8 @@ def test_dq_mode_switch(monkeypatch):
          "deterministic", "d96-causal-1k"])
 def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic, expected):
     """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
-    says so (no dQ kernel runs then), with the late reductions at d=64 causal 1k;
+    says so (no dQ kernel runs then; at d=128 the queries-as-rows kernel of
+    :mod:`.bwdrows_hopper`), with the late reductions at d=64 causal 1k;
     ``deterministic=True``, d=64 causal 512 and d=96 (split tiles) run two passes. Gradients
     within budget; the second call of each signature replays its launch plan (the
     accumulator zeroed by the preprocess and the final copy included; at d=96 thirteen
@@ -376,6 +381,7 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     from flashtile.kernels import bwd, plans
     monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
     launches = gluon_launches(monkeypatch)
     b, s, hq, hkv, d = shape
@@ -395,8 +401,11 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     first = kernel_grads()
     labels = [meta for role, _, meta in launches if role == "dkdv"]
     assert len(gluon_calls) == 1 and len(labels) == 1
-    assert labels[0]["ONE_PASS"] == (expected is not None), labels[0]
-    assert labels[0]["DQ_LATE"] == (expected == "+dQ late"), labels[0]
+    if expected == "+dQ" and d == 128:       # (the one pass at d=128: bwdrows_hopper's kernel)
+        assert plans.gluon_configs["dkdv"].startswith("gluon rows"), plans.gluon_configs
+    else:
+        assert labels[0]["ONE_PASS"] == (expected is not None), labels[0]
+        assert labels[0]["DQ_LATE"] == (expected == "+dQ late"), labels[0]
     assert plans.gluon_configs["dkdv"].endswith(expected or "s"), plans.gluon_configs
     assert bwd.last_dq_pass == ("two-pass" if expected is None else "atomic")
     assert len(bwd._PLANS) == plans_before + 1, "the first call should have recorded a plan"

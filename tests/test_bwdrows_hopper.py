@@ -1,7 +1,7 @@
 """The queries-as-rows one-pass dK/dV + dQ kernel for Hopper
-(:mod:`flashtile.kernels.bwdrows_hopper`, opt-in by ``FLASHTILE_GLUON_BWD_ROWS=1``): which
-calls its switch sends there (CPU, launches captured), and the gradients against the float64
-reference (GPU)."""
+(:mod:`flashtile.kernels.bwdrows_hopper`, the default at d=128 since session 22;
+``FLASHTILE_GLUON_BWD_ROWS=0`` switches it off): which calls go there (CPU, launches
+captured), and the gradients against the float64 reference (GPU)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def gluon_calls(monkeypatch):
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
 def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_ROWS=1`` with the one pass: the rows kernel computes dK, dV and
-    dQ (GQA 3:1 with several items per KV head, and MHA with one item of 128 keys and 4
+    """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
+    dK, dV and dQ (GQA 3:1 with several items per KV head, and MHA with one item of 128 keys and 4
     query tiles per head; causal and not): all three gradients within budget, one launch,
     of the rows kernel, and no dQ kernel."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
     dq_calls = []
@@ -53,15 +53,16 @@ def _call(d: int = 128, sq: int = 1024, causal: bool = False):
 
 
 def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_ROWS``: ``1`` sends :func:`bwd_hopper.dkdv`'s one pass at d=128
-    (causal and not) to the rows kernel: 64 queries x 2 slots, one program per item even
-    where a persistent grid is forced, the dQ accumulator in 64 x 64 blocks; two passes, d=64
-    and query lengths that are not multiples of 64 keep :mod:`.bwd_hopper`'s kernel, as do
-    unset, ``auto`` and ``0``; anything else is refused. The variable is one of the plan
-    keys' options. Runs on the CPU: the launches are captured, not made."""
+    """``FLASHTILE_GLUON_BWD_ROWS``: unset, ``auto`` and ``1`` send
+    :func:`bwd_hopper.dkdv`'s one pass at d=128 (causal and not) to the rows kernel: 64
+    queries x 2 slots, one program per item, the dQ accumulator in 64 x 64 blocks; two
+    passes, d=64, query lengths that are not multiples of 64 and a forced persistent grid
+    keep :mod:`.bwd_hopper`'s kernel, as does ``0``; anything else is refused. The variable
+    is one of the plan keys' options. Runs on the CPU: the launches are captured, not
+    made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
 
     def launched(d=128, sq=1024, causal=False, one_pass=True):
@@ -74,8 +75,12 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         launches.clear()
         return launch, dq_acc
 
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
-    for causal in (False, True):
+    for value, causal in ((None, False), ("auto", True), ("1", False), ("1", True)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", value)
+        assert bwdrows_hopper.enabled()
         (_, kernel, grid, tiles, _, meta, _, role, label), dq_acc = launched(causal=causal)
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and role == "dkdv"
         assert label == "gluon rows 128x64/2s +dQ"
@@ -87,14 +92,14 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     for case in (dict(one_pass=False), dict(d=64), dict(sq=1056)):
         (_, kernel, *_), _ = launched(**case)
         assert kernel is bwd_hopper._dkdv_hopper_kernel, case
-    for value in (None, "", "auto", "0"):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS")
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", value)
-        (_, kernel, *_), _ = launched()
-        assert kernel is bwd_hopper._dkdv_hopper_kernel, value
-        assert not bwdrows_hopper.enabled()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
+    (_, kernel, *_), _ = launched()
+    assert kernel is bwd_hopper._dkdv_hopper_kernel
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
+    (_, kernel, *_), _ = launched()
+    assert kernel is bwd_hopper._dkdv_hopper_kernel
+    assert not bwdrows_hopper.enabled()
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS must be 0, 1 or 'auto'"):
         launched()

@@ -41,7 +41,7 @@ def test_inspect_kernels_compiles_for_hopper():
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal")])
-def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
+def test_gluon_kernels_keep_their_wgmma_asynchronous(monkeypatch, d, mask):
     """The Gluon kernels compiled for sm_90a (forward, dK/dV in two passes and in one, dQ)
     do not get their wgmmas serialised by ptxas (its C75xx warnings, at most one wait per 4
     HGMMA): the regression that cost the forward its overlap in sessions 9-10
@@ -52,6 +52,8 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(d, mask):
     d=64 1k keys make the grid persistent (two K/V buffers)."""
     # (the script exits 1 on any spill: the one pass's allowance is checked below)
     seqlen = "512" if d == 128 else "1024"
+    # (the transposed one pass: at d=128 the rows kernel runs by default, compiled below)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d), "--seqlen", seqlen,
                *([mask] if mask == "--causal" else []), ok=(0, 1) if d == 128 else (0,))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -110,11 +112,11 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
 def test_rows_dkdv_kernel_compiles_clean(monkeypatch, mask):
-    """``FLASHTILE_GLUON_BWD_ROWS=1``: the one pass at d=128 compiles the queries-as-rows
-    dK/dV + dQ kernel (kernels/bwdrows_hopper.py) in place of the transposed one: no spills,
+    """The one pass at d=128 compiles the queries-as-rows dK/dV + dQ kernel (its default,
+    kernels/bwdrows_hopper.py) in place of the transposed one: no spills,
     no serialised wgmma (offline: 4 waits for 64 HGMMA), in the shared memory of one H200
     SM."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}

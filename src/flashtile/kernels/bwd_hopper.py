@@ -838,8 +838,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
     plan's recorder (:func:`.plans.gluon_launch`). With ``dq_acc`` (float32, contiguous, shaped
     :func:`dq_acc_shape`, zeros) the same pass adds ``softmax_scale * dS K`` into it (one
-    pass). ``FLASHTILE_GLUON_BWD_ROWS=1`` sends the one pass at d=128 to
-    :mod:`.bwdrows_hopper` (queries as rows; opt-in, :func:`.bwdrows_hopper.takes`)."""
+    pass). The one pass at d=128 runs :mod:`.bwdrows_hopper`'s kernel instead (queries as
+    rows, by default since session 22; ``FLASHTILE_GLUON_BWD_ROWS=0`` keeps this one,
+    :func:`.bwdrows_hopper.takes`)."""
     if dq_acc is not None:
         from . import bwdrows_hopper        # (imports this module)
         if bwdrows_hopper.takes(q, k):
