@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_kernels import check
-from utils import gluon_cases_over, gluon_launches, gluon_switched_on
+from utils import gluon_cases_over, gluon_launches, gluon_switched_on, needs_hopper
 
 from flashtile.interface import _flash_params
 from flashtile.kernels import bwd_hopper, bwdrows_hopper, common, dq_hopper
@@ -21,13 +21,17 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
-def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
+@pytest.mark.parametrize("skew", ["0", "1"], ids=["tilewise", "skew"])
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
+def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, skew):
     """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
-    dK, dV and dQ (GQA 3:1 with several items per KV head, and MHA with one item of 128 keys and 4
-    query tiles per head; causal and not): all three gradients within budget, one launch,
-    of the rows kernel, and no dQ kernel."""
+    dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
+    4 query tiles per head, and one item of 2 query tiles: the skewed loop's one pass; causal
+    and not), tile by tile and skewed (``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``: dQ one tile
+    late): all three gradients within budget, one launch, of the rows kernel (its ``SKEW``
+    as asked), and no dQ kernel."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
     dq_calls = []
@@ -40,7 +44,29 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
                                       if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel, label
     assert label.startswith("gluon rows") and meta["CAUSAL"] == causal
+    assert meta["SKEW"] == (skew == "1") and label.endswith(" skew") == (skew == "1")
     assert grid == (b * hkv * s // 128,)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("skew", ["0", "1"], ids=["tilewise", "skew"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, skew):
+    """One query tile per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
+    seqlen_k; GQA 2:1: two tiles per item, one per query head): the skewed schedule's peeled
+    first tile and the dQ after its loop alone, and the tile-by-tile one, within budget."""
+    shape = (1, 64, 2, 1, 128)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    launches = gluon_launches(monkeypatch, full=True)
+    b, s, hq, hkv, d = shape
+    check(b, s, 2 * s, hq, hkv, d, d, dtype)
+    assert len(gluon_calls) == 1
+    ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] == (skew == "1")
 
 
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
@@ -61,6 +87,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     is one of the plan keys' options. Runs on the CPU: the launches are captured, not
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
@@ -85,7 +112,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and role == "dkdv"
         assert label == "gluon rows 128x64/2s +dQ"
         assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
-        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal
+        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal and meta["SKEW"] is False
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
         assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
         assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
@@ -104,3 +131,47 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS must be 0, 1 or 'auto'"):
         launched()
     launched(one_pass=False)       # (two passes never read it)
+
+
+def test_rows_skew_switch_reaches_the_launch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_ROWS_SKEW``: ``1`` launches the rows kernel with ``SKEW=True``
+    (dQ one tile late, the dS tiles double-buffered) and a label that says so, causal and
+    not; unset, ``auto`` and ``0`` with ``SKEW=False``; anything else is refused; with
+    ``FLASHTILE_GLUON_BWD_ROWS=0`` it sends nothing to the rows kernel. One of the plan keys'
+    options. Runs on the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_ROWS_SKEW" in common.GLUON_OPTIONS["bwd_hopper"]
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+
+    def launched(causal=False):
+        q, k, v, dout, params = _call(causal=causal)
+        lse = dsum = torch.zeros(2, 4, 1024)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+        (launch,) = launches
+        launches.clear()
+        return launch[1], launch[5], launch[8]
+
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
+    for causal in (False, True):
+        kernel, meta, label = launched(causal)
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and bwdrows_hopper.skewed()
+        assert meta["SKEW"] is True and meta["CAUSAL"] == causal
+        assert label == "gluon rows 128x64/2s +dQ skew"
+    for value in (None, "", "auto", "0"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", value)
+        kernel, meta, label = launched()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] is False, value
+        assert label == "gluon rows 128x64/2s +dQ" and not bwdrows_hopper.skewed()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "yes")
+    with pytest.raises(ValueError,
+                       match="FLASHTILE_GLUON_BWD_ROWS_SKEW must be 0, 1 or 'auto'"):
+        launched()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
+    kernel, _, _ = launched()
+    assert kernel is bwd_hopper._dkdv_hopper_kernel

@@ -117,6 +117,7 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, mask):
     no serialised wgmma (offline: 4 waits for 64 HGMMA), in the shared memory of one H200
     SM."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -127,6 +128,26 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, mask):
     n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
                                                    .split("wgmma waits:")[1].splitlines()[0]))
     assert n_waits * 4 <= n_hgmma, out
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
+def test_rows_skew_dkdv_kernel_compiles_clean(monkeypatch, mask):
+    """``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``: the queries-as-rows kernel with dQ one tile late
+    (the dS tiles double-buffered) compiles without spills or serialised wgmma (offline: 10
+    waits for 128 HGMMA, the first tile peeled and the last dQ after the loop), in the
+    shared memory of one H200 SM (offline: 213,416 B)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
+    out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
+               *([mask] if mask == "--causal" else []))
+    lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
+    line = lines["gluon dkdv rows"]
+    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
+                                                   .split("wgmma waits:")[1].splitlines()[0]))
+    assert n_waits * 4 <= n_hgmma and n_hgmma == 128, out
 
 
 def test_host_overhead_times_the_host_path():
