@@ -530,9 +530,11 @@ def test_strided_dout_falls_back(gluon_calls):
 @needs_hopper
 def test_bench_rows_name_the_gluon_kernel():
     """The bench's flashtile rows say that dK/dV and, at d=128, the forward ran in the Gluon
-    kernels (with their configs), and that dQ was added in the dK/dV pass (one pass, the
-    default at d=128 unmasked)."""
+    kernels (with their configs; the one pass at d=128 in the queries-as-rows kernel,
+    :mod:`.bwdrows_hopper`), and that dQ was added in the dK/dV pass (one pass, the default
+    at d=128 unmasked)."""
     from flashtile.bench import providers
+    from flashtile.kernels import bwdrows_hopper
     from flashtile.bench.cases import BenchCase
     provider = providers.FlashtileProvider()
     case = BenchCase(batch=1, seqlen=512, nheads=4, nheads_kv=4, headdim=128, causal=False,
@@ -542,8 +544,8 @@ def test_bench_rows_name_the_gluon_kernel():
                            requires_grad=True) for _ in range(3))
     provider.build(case, device)(q, k, v).sum().backward()
     configs = provider.launched_configs(case, device)
-    assert configs["dkdv"] == "gluon {}x{}/{}s +dQ".format(
-        2 * bwd_hopper.config(128)[0], *bwd_hopper.config(128)[1:3]), configs
+    keys, queries, slots = bwdrows_hopper._CONFIGS[128][:3]
+    assert configs["dkdv"] == f"gluon rows {2 * keys}x{queries}/{slots}s +dQ", configs
     assert configs["fwd"] == "gluon {}x{}/{}s".format(2 * fwd_hopper.config(128, 512)[0],
                                                       *fwd_hopper.config(128, 512)[1:3]), configs
     assert configs["dq"] == "in the dK/dV pass", configs
