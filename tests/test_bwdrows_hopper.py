@@ -21,17 +21,29 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-@pytest.mark.parametrize("skew", ["0", "1"], ids=["tilewise", "skew"])
+# The rows kernel's schedules: (FLASHTILE_GLUON_BWD_ROWS_SKEW, FLASHTILE_GLUON_BWD_ROWS_DQ)
+SCHEDULES = {"tilewise": ("0", "auto"), "skew": ("1", "auto"), "own": ("0", "own")}
+
+
+def _schedule(monkeypatch, schedule: str) -> None:
+    """The rows kernel switched on (as by default) with ``schedule`` (:data:`SCHEDULES`)."""
+    skew, dq = SCHEDULES[schedule]
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", dq)
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
-def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, skew):
+def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
     """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
     dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
     4 query tiles per head, and one item of 2 query tiles: the skewed loop's one pass; causal
-    and not), tile by tile and skewed (``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``: dQ one tile
-    late): all three gradients within budget, one launch, of the rows kernel (its ``SKEW``
-    as asked), and no dQ kernel."""
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
+    and not), tile by tile, skewed (``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``: dQ one tile late)
+    and with each consumer's dQ over its own keys (``FLASHTILE_GLUON_BWD_ROWS_DQ=own``: the
+    two parts added in the accumulator): all three gradients within budget, one launch, of
+    the rows kernel (its ``SKEW`` and ``OWN_DQ`` as asked), and no dQ kernel."""
+    _schedule(monkeypatch, schedule)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
     dq_calls = []
@@ -44,21 +56,22 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, skew):
                                       if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel, label
     assert label.startswith("gluon rows") and meta["CAUSAL"] == causal
-    assert meta["SKEW"] == (skew == "1") and label.endswith(" skew") == (skew == "1")
+    assert meta["SKEW"] == (schedule == "skew") and label.endswith(" skew") == (schedule == "skew")
+    assert meta["OWN_DQ"] == (schedule == "own") and label.endswith(" own") == (schedule == "own")
     assert grid == (b * hkv * s // 128,)
 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("skew", ["0", "1"], ids=["tilewise", "skew"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, skew):
+def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, schedule):
     """One query tile per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
     seqlen_k; GQA 2:1: two tiles per item, one per query head): the skewed schedule's peeled
-    first tile and the dQ after its loop alone, and the tile-by-tile one, within budget."""
+    first tile and the dQ after its loop alone, the tile-by-tile one and the own-dQ one,
+    within budget."""
     shape = (1, 64, 2, 1, 128)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
+    _schedule(monkeypatch, schedule)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
     launches = gluon_launches(monkeypatch, full=True)
@@ -66,7 +79,8 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, skew):
     check(b, s, 2 * s, hq, hkv, d, d, dtype)
     assert len(gluon_calls) == 1
     ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] == (skew == "1")
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] == (schedule == "skew")
+    assert meta["OWN_DQ"] == (schedule == "own")
 
 
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
@@ -88,6 +102,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
@@ -113,6 +128,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert label == "gluon rows 128x64/2s +dQ"
         assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
         assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal and meta["SKEW"] is False
+        assert meta["OWN_DQ"] is False
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
         assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
         assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
@@ -141,6 +157,7 @@ def test_rows_skew_switch_reaches_the_launch(monkeypatch):
     options. Runs on the CPU: the launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_ROWS_SKEW" in common.GLUON_OPTIONS["bwd_hopper"]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
 
     def launched(causal=False):
@@ -175,3 +192,61 @@ def test_rows_skew_switch_reaches_the_launch(monkeypatch):
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     kernel, _, _ = launched()
     assert kernel is bwd_hopper._dkdv_hopper_kernel
+
+
+def test_rows_own_dq_switch_reaches_the_launch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_ROWS_DQ``: ``own`` launches the rows kernel with ``OWN_DQ=True``
+    (each consumer's dQ over its own keys, all columns: the accumulator's TMA blocks 64 x 128)
+    and a label that says so, causal and not; unset, empty, ``auto`` and ``halves`` with
+    ``OWN_DQ=False`` (blocks of 64 x 64); anything else is refused, and so is ``own`` with
+    ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` (two schedules at once); with
+    ``FLASHTILE_GLUON_BWD_ROWS=0`` it sends nothing to the rows kernel. One of the plan keys'
+    options. Runs on the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_ROWS_DQ" in common.GLUON_OPTIONS["bwd_hopper"]
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+
+    def launched(causal=False):
+        q, k, v, dout, params = _call(causal=causal)
+        lse = dsum = torch.zeros(2, 4, 1024)
+        dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q))
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=dq_acc)
+        (launch,) = launches
+        launches.clear()
+        assert launch[3][-1][0] is dq_acc
+        return launch[1], launch[5], launch[8], launch[3][-1][1]
+
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")
+    for causal in (False, True):
+        kernel, meta, label, dq_tile = launched(causal)
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and bwdrows_hopper.own_dq()
+        assert meta["OWN_DQ"] is True and meta["SKEW"] is False and meta["CAUSAL"] == causal
+        assert label == "gluon rows 128x64/2s +dQ own" and dq_tile == (64, 128)
+    for value in (None, "", "auto", "halves"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", value)
+        kernel, meta, label, dq_tile = launched()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["OWN_DQ"] is False, value
+        assert label == "gluon rows 128x64/2s +dQ" and dq_tile == (64, 64)
+        assert not bwdrows_hopper.own_dq()
+    for value in ("1", "yes", "OWN"):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", value)
+        with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_DQ must be 'halves', "
+                                             "'own' or 'auto'"):
+            launched()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_SKEW=1 and "
+                                         "FLASHTILE_GLUON_BWD_ROWS_DQ=own"):
+        launched()
+    assert launches == []
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
+    kernel, meta, _, _ = launched()
+    assert kernel is bwd_hopper._dkdv_hopper_kernel and "OWN_DQ" not in meta

@@ -118,6 +118,7 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, mask):
     SM."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -139,6 +140,7 @@ def test_rows_skew_dkdv_kernel_compiles_clean(monkeypatch, mask):
     shared memory of one H200 SM (offline: 213,416 B)."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -148,6 +150,28 @@ def test_rows_skew_dkdv_kernel_compiles_clean(monkeypatch, mask):
     n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
                                                    .split("wgmma waits:")[1].splitlines()[0]))
     assert n_waits * 4 <= n_hgmma and n_hgmma == 128, out
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
+def test_rows_own_dq_dkdv_kernel_compiles_clean(monkeypatch, mask):
+    """``FLASHTILE_GLUON_BWD_ROWS_DQ=own``: the queries-as-rows kernel with each consumer's dQ
+    over its own keys (all 128 columns, no dS handshake) compiles without spills or
+    serialised wgmma (offline: 4 waits for 56 HGMMA: per consumer and tile S 8, dP 8, dV 4,
+    dK 4, dQ 4), in the shared memory of one H200 SM (offline: 229,736 B, the dQ staging
+    64 x 128 fp32 per consumer)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")
+    out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
+               *([mask] if mask == "--causal" else []))
+    lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
+    line = lines["gluon dkdv rows"]
+    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
+                                                   .split("wgmma waits:")[1].splitlines()[0]))
+    assert n_waits * 4 <= n_hgmma and n_hgmma == 56, out
 
 
 def test_host_overhead_times_the_host_path():

@@ -98,6 +98,33 @@ tensor pipe 50.0% -> 50.2%, issue slots 22.3% -> 24.6%. The whole backward by ``
 1.6e-3 of its largest element (the reductions' order); tests/test_bwdrows_hopper.py passed
 with ``SKEW`` on and off. Still opt-in: one session's numbers, not the A/B rounds of
 docs/perf.md.
+
+Own-dQ schedule (opt-in: ``FLASHTILE_GLUON_BWD_ROWS_DQ=own``, :func:`own_dq`, the constexpr
+``OWN_DQ``; :func:`_rows_consume_own`; not with ``SKEW``: asking for both is a ValueError).
+Step 5 splits dQ by columns, so each consumer needs the other's dS every tile; split by keys
+instead, it needs nothing of the other's: consumer ``HALF`` computes ``dQ_j += dS_HALF
+K_HALF`` over its own 64 keys and all ``HEAD_D`` columns (M = 64 queries, N = 128, K = 64
+keys; A its own dS tile, B its own K tile, both in shared memory already) and reduces that
+64 x 128 fp32 part into the accumulator, where the other consumer's part adds up in the L2.
+No ``ds_ready``/``ds_free`` wait remains (the two barriers are allocated, 16 B, and never
+used): the P and dS tiles' only readers are the consumer's own dV, dK and dQ products, waited
+in the tile, and so are its K tile's, so dK and dV leave through K and V after the loop
+without a cross-consumer wait either, and neither consumer waits for the other's K and V to
+land. The cost: twice the reduce-add traffic (per query tile and item 2 x 32 KB of fp32
+instead of 2 x 16 KB), the dQ staging tile twice as large (``dq_smem[HALF]`` 64 x 128 fp32,
+32 KB, one TMA reduction whose four 64 x 32 boxes the warpgroup's four warps issue), and the
+accumulator's TMA descriptor in 64 x 128 blocks (:func:`dkdv`). Registers: dK, dV 128 + the
+dQ part 64 once S and dP are dead.
+
+Offline (same build, ``FLASHTILE_GLUON_BWD_ROWS_DQ=own`` added; not yet run on a GPU),
+unmasked and causal alike: 0 B of spills (240 registers per consumer; ptxas reports the
+kernel's 168), 229,736 B of shared memory (+32,712; 2,712 B under the 232,448 B of one
+H200 SM, so the 64 x 128 part is staged whole, not as two 64 x 64 halves), 56 HGMMA (per
+consumer and tile: S 8, dP 8, dV 4, dK 4, dQ 4 at N = 128) for 4 wgmma waits (two per
+consumer and tile), no C75xx warning; SASS: STS 114 (82), SYNCS 23 (43), BAR 37 (42). The
+default build (``OWN_DQ`` off) is unchanged: the same PTX after stripping ``.loc``/``.file``
+lines and debug labels, the same SASS. Whether dropping the handshake pays for the doubled
+reduce traffic is for the GPU to say.
 """
 from __future__ import annotations
 
@@ -110,7 +137,7 @@ from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
 from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
-from .common import env_forced
+from .common import env_forced, getenv
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
 _CONFIGS = {128: (64, 64, 2, 240)}
@@ -138,12 +165,16 @@ def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
 @gluon.jit
 def _dq_part_reduce(dq, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
                     HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr):
-    """Tile t's dQ part (64 queries x 64 columns ``HALF``, complete) leaves as ``sm_scale *
-    dQ`` through this consumer's shared tile by a TMA reduction into the fp32 accumulator,
-    once the previous tile's reduction has read the tile (:func:`.bwd_hopper._dq_reduce`,
+    """Tile t's dQ part (64 queries x 64 columns ``HALF``, complete; ``OWN_DQ``: 64 queries x
+    all ``HEAD_D`` columns, this consumer's keys' share) leaves as ``sm_scale * dQ`` through
+    this consumer's shared tile by a TMA reduction into the fp32 accumulator, once the
+    previous tile's reduction has read the tile (:func:`.bwd_hopper._dq_reduce`,
     untransposed)."""
     row = q_row0 + (i0 + t % n_i) * BLOCK_M
-    col = q_col0 + (t // n_i) * HEAD_D + HALF * 64
+    if dq.shape[1] == HEAD_D:       # (OWN_DQ: the whole head dim, the other's keys added in L2)
+        col = q_col0 + (t // n_i) * HEAD_D
+    else:
+        col = q_col0 + (t // n_i) * HEAD_D + HALF * 64
     tma.store_wait(0)
     gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
     dq_smem.store(dq * sm_scale)
@@ -159,9 +190,10 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, SKEW: gl.constexpr):
+                  GROUP: gl.constexpr, SKEW: gl.constexpr, OWN_DQ: gl.constexpr):
     """Consumer partition (one warpgroup): its program's work item, dK and dV of the keys'
-    half ``HALF`` and the dQ columns' half ``HALF`` of every query tile (module docstring)."""
+    half ``HALF`` and the dQ columns' half ``HALF`` of every query tile (``OWN_DQ``: dQ over
+    its own keys, all columns; module docstring)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -173,7 +205,8 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
              None, None, None, None)
     mbarrier.wait(kv_bar.index(HALF), 0)
-    mbarrier.wait(kv_bar.index(1 - HALF), 0)    # (the other K: read by the dQ products)
+    if not OWN_DQ:
+        mbarrier.wait(kv_bar.index(1 - HALF), 0)    # (the other K: read by the dQ products)
     dq_buf = dq_smem.index(HALF)
 
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -187,6 +220,12 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                              LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, kv_row0,
                              kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base, qk_scale,
                              sm_scale, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL)
+    elif OWN_DQ:                    # (dQ over its own keys: no dS handshake)
+        _rows_consume_own(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_smem, do_smem,
+                          p_smem, ds_smem, dq_buf, ready, empty, LSE, DSUM, stride_lse_h,
+                          stride_d_h, keys, s_zero, kv_row0, kv_col, i0, n_i, n_t, q_row0,
+                          q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_N, BLOCK_M,
+                          HEAD_D, NUM_STAGES, CAUSAL)
     else:
         for t in range(n_t):
             slot = t % NUM_STAGES
@@ -354,12 +393,67 @@ def _rows_consume_skewed(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_sm
 
 
 @gluon.jit
+def _rows_consume_own(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_smem, do_smem,
+                      p_smem, ds_smem, dq_buf, ready, empty, LSE, DSUM, stride_lse_h,
+                      stride_d_h, keys, s_zero, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0,
+                      lse_base, d_base, qk_scale, sm_scale, HALF: gl.constexpr,
+                      BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """The consumer's tiles with dQ over its own keys (``OWN_DQ``, module docstring): per tile
+    S, dP, P and dS as tile by tile, then dV, dK and ``dQ_j += dS_HALF K_HALF`` (M = 64
+    queries, N = ``HEAD_D``, K = 64 keys: its own dS tile and its own K tile), all three
+    waited at once, the 64 x ``HEAD_D`` part reduced into the accumulator (where the other
+    consumer's part adds up). Nothing here waits for the other consumer: its P and dS tiles
+    have this consumer's products as their only readers (waited in the tile), and its K tile
+    too, so dK and dV leave through K and V after the loop without a handshake."""
+    g_layout: gl.constexpr = dk.type.layout
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
+    dtype: gl.constexpr = q_smem.dtype
+    dq_zero = gl.zeros([BLOCK_M, HEAD_D], gl.float32, g_layout)
+    for t in range(n_t):
+        slot = t % NUM_STAGES
+        z = t >> 30                 # (the opaque zero of :func:`_rows_consume`)
+        k_cur = k_smem.index(HALF + z)
+        v_cur = v_smem.index(HALF + z)
+        p_buf = p_smem.index(HALF + z)
+        ds_buf = ds_smem.index(HALF + z)
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
+                                 n_i, BLOCK_M, row_layout)
+        q_pos = (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+        mbarrier.wait(ready.index(slot), (t // NUM_STAGES) & 1)
+        q_tile = q_smem.index(slot)
+        do_tile = do_smem.index(slot)
+        s = warpgroup_mma(q_tile, k_cur.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_tile, v_cur.permute((1, 0)), s_zero, use_acc=False,
+                           is_async=True)
+        s, dp = warpgroup_mma_wait(0, deps=(s, dp))
+        p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
+        # (the tiles' readers, this consumer's dV, dK and dQ of t-1, are done: waited there)
+        p_buf.store(p)
+        ds_buf.store(ds)
+        fence_async_shared()
+        gl.thread_barrier()         # (every thread's part stored before the products read it)
+        dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
+        dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
+        dq = warpgroup_mma(ds_buf, k_cur, dq_zero, use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
+        gl.thread_barrier()         # (every warp's products done before the arrival)
+        mbarrier.arrive(empty.index(slot), count=1)
+        _dq_part_reduce(dq, dq_buf, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale, HALF,
+                        BLOCK_M, HEAD_D)
+    # (K's one reader, this consumer's dQ products, is done: no wait for the other consumer)
+    _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem, v_smem, kv_row0, kv_col, sm_scale, HALF,
+              BLOCK_N)
+
+
+@gluon.jit
 def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
                       stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, nheads_kv, group,
                       seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                      CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr, SKEW: gl.constexpr):
+                      CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr, SKEW: gl.constexpr,
+                      OWN_DQ: gl.constexpr):
     # One program per work item (n_work programs): 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
@@ -371,14 +465,16 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
     # (SKEW: two dS buffers of both consumers' tiles, ``ds_smem[2 buf + HALF]``)
     ds_smem = gl.allocate_shared_memory(dtype, [2 + 2 * SKEW, BLOCK_M, BLOCK_N],
                                         _tile_layout(BLOCK_M, BLOCK_N, dtype))
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, 64], dq_desc.layout)
+    # (OWN_DQ: a consumer's dQ part is 64 x HEAD_D, the accumulator's descriptor in such blocks)
+    DQ_COLS: gl.constexpr = HEAD_D if OWN_DQ else 64
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, DQ_COLS], dq_desc.layout)
     kv_bar = fwd_hopper.barriers(2, 1)
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
     if SKEW:                                            # (one per dS buffer)
         ds_ready = fwd_hopper.barriers(2, 2)
         ds_free = fwd_hopper.barriers(2, 2)
-    else:
+    else:       # (OWN_DQ: allocated and never waited, 16 B; warp_specialize takes no None)
         ds_ready = fwd_hopper.barriers(1, 2).index(0)   # both dS halves stored
         ds_free = fwd_hopper.barriers(1, 2).index(0)    # both consumers' dQ products done
     # (constexpr Nones: warp_specialize's argument tuples take no bare None)
@@ -392,13 +488,13 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                          n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
                          sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                         SKEW)),
+                         SKEW, OWN_DQ)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready,
                          empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                          n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
                          sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                         SKEW)),
+                         SKEW, OWN_DQ)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
@@ -418,6 +514,21 @@ def skewed() -> bool:
     (opt-in: -3.5% unmasked, -0.5% causal in one session, module docstring); anything else a
     ValueError."""
     return env_forced("FLASHTILE_GLUON_BWD_ROWS_SKEW") is True
+
+
+def own_dq() -> bool:
+    """``FLASHTILE_GLUON_BWD_ROWS_DQ=own`` asks for the schedule without a dS handshake: each
+    consumer's dQ part over its own 64 keys and all columns (:func:`_rows_consume_own`);
+    unset, empty, ``auto`` or ``halves`` keep the column halves over both consumers' keys
+    (tile by tile, or skewed: :func:`skewed`); anything else a ValueError. Opt-in: not yet
+    run on a GPU (module docstring)."""
+    value = getenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "auto")
+    if value in ("", "auto", "halves"):
+        return False
+    if value != "own":
+        raise ValueError("FLASHTILE_GLUON_BWD_ROWS_DQ must be 'halves', 'own' or 'auto' "
+                         f"(or unset), got {value!r}")
+    return True
 
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -445,17 +556,22 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
-    skew = skewed()
+    skew, own = skewed(), own_dq()
+    if skew and own:
+        raise ValueError("FLASHTILE_GLUON_BWD_ROWS_SKEW=1 and FLASHTILE_GLUON_BWD_ROWS_DQ=own "
+                         "are two different schedules of the rows kernel, not one: unset one")
+    # (the dQ accumulator's TMA blocks: a consumer's part, 64 columns; own: all d of them)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
-             (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, 64)))
+             (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d if own else 64)))
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_work,), tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,
          hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
-             CONSUMER_REGS=regs, SKEW=skew, num_warps=4,
+             CONSUMER_REGS=regs, SKEW=skew, OWN_DQ=own, num_warps=4,
              GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv",
-        f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ" + (" skew" if skew else ""))
+        f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ" + (" skew" if skew else "")
+        + (" own" if own else ""))
