@@ -21,16 +21,19 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-# The rows kernel's schedules: (FLASHTILE_GLUON_BWD_ROWS_SKEW, FLASHTILE_GLUON_BWD_ROWS_DQ)
-SCHEDULES = {"tilewise": ("0", "auto"), "skew": ("1", "auto"), "own": ("0", "own")}
+# The rows kernel's schedules: (FLASHTILE_GLUON_BWD_ROWS_SKEW, FLASHTILE_GLUON_BWD_ROWS_DQ,
+# FLASHTILE_GLUON_BWD_ROWS_AHEAD)
+SCHEDULES = {"tilewise": ("0", "auto", "0"), "skew": ("1", "auto", "0"),
+             "own": ("0", "own", "0"), "ahead": ("0", "auto", "1")}
 
 
 def _schedule(monkeypatch, schedule: str) -> None:
     """The rows kernel switched on (as by default) with ``schedule`` (:data:`SCHEDULES`)."""
-    skew, dq = SCHEDULES[schedule]
+    skew, dq, ahead = SCHEDULES[schedule]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", dq)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", ahead)
 
 
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
@@ -41,8 +44,10 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
     4 query tiles per head, and one item of 2 query tiles: the skewed loop's one pass; causal
     and not), tile by tile, skewed (``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``: dQ one tile late)
     and with each consumer's dQ over its own keys (``FLASHTILE_GLUON_BWD_ROWS_DQ=own``: the
-    two parts added in the accumulator): all three gradients within budget, one launch, of
-    the rows kernel (its ``SKEW`` and ``OWN_DQ`` as asked), and no dQ kernel."""
+    two parts added in the accumulator), and tile by tile with the next tile's S and dP
+    issued within the tile (``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1``: the last tile peeled): all
+    three gradients within budget, one launch, of the rows kernel (its ``SKEW``, ``OWN_DQ``
+    and ``AHEAD`` as asked), and no dQ kernel."""
     _schedule(monkeypatch, schedule)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
@@ -58,6 +63,8 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
     assert label.startswith("gluon rows") and meta["CAUSAL"] == causal
     assert meta["SKEW"] == (schedule == "skew") and label.endswith(" skew") == (schedule == "skew")
     assert meta["OWN_DQ"] == (schedule == "own") and label.endswith(" own") == (schedule == "own")
+    assert meta["AHEAD"] == (schedule == "ahead")
+    assert label.endswith(" ahead") == (schedule == "ahead")
     assert grid == (b * hkv * s // 128,)
 
 
@@ -68,8 +75,8 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
 def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, schedule):
     """One query tile per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
     seqlen_k; GQA 2:1: two tiles per item, one per query head): the skewed schedule's peeled
-    first tile and the dQ after its loop alone, the tile-by-tile one and the own-dQ one,
-    within budget."""
+    first tile and the dQ after its loop alone, the tile-by-tile one, the own-dQ one and the
+    one with S and dP ahead (one tile in its loop, the other peeled), within budget."""
     shape = (1, 64, 2, 1, 128)
     _schedule(monkeypatch, schedule)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
@@ -80,7 +87,7 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, schedule):
     assert len(gluon_calls) == 1
     ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] == (schedule == "skew")
-    assert meta["OWN_DQ"] == (schedule == "own")
+    assert meta["OWN_DQ"] == (schedule == "own") and meta["AHEAD"] == (schedule == "ahead")
 
 
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
@@ -103,6 +110,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
@@ -128,7 +136,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert label == "gluon rows 128x64/2s +dQ"
         assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
         assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal and meta["SKEW"] is False
-        assert meta["OWN_DQ"] is False
+        assert meta["OWN_DQ"] is False and meta["AHEAD"] is False
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
         assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
         assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
@@ -158,6 +166,7 @@ def test_rows_skew_switch_reaches_the_launch(monkeypatch):
     assert "FLASHTILE_GLUON_BWD_ROWS_SKEW" in common.GLUON_OPTIONS["bwd_hopper"]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
 
     def launched(causal=False):
@@ -206,6 +215,7 @@ def test_rows_own_dq_switch_reaches_the_launch(monkeypatch):
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
 
@@ -250,3 +260,61 @@ def test_rows_own_dq_switch_reaches_the_launch(monkeypatch):
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     kernel, meta, _, _ = launched()
     assert kernel is bwd_hopper._dkdv_hopper_kernel and "OWN_DQ" not in meta
+
+
+def test_rows_ahead_switch_reaches_the_launch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_ROWS_AHEAD``: ``1`` launches the rows kernel with ``AHEAD=True``
+    (the next tile's S and dP issued within the tile) and a label that says so, causal and
+    not; unset, empty, ``auto`` and ``0`` with ``AHEAD=False``; anything else is refused, and
+    so is ``1`` with ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` or ``FLASHTILE_GLUON_BWD_ROWS_DQ=own``
+    (two schedules at once); with ``FLASHTILE_GLUON_BWD_ROWS=0`` it sends nothing to the rows
+    kernel. One of the plan keys' options. Runs on the CPU: the launches are captured, not
+    made."""
+    assert "FLASHTILE_GLUON_BWD_ROWS_AHEAD" in common.GLUON_OPTIONS["bwd_hopper"]
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+
+    def launched(causal=False):
+        q, k, v, dout, params = _call(causal=causal)
+        lse = dsum = torch.zeros(2, 4, 1024)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+        (launch,) = launches
+        launches.clear()
+        return launch[1], launch[5], launch[8], launch[3][-1][1]
+
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", "1")
+    for causal in (False, True):
+        kernel, meta, label, dq_tile = launched(causal)
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and bwdrows_hopper.rows_ahead()
+        assert meta["AHEAD"] is True and meta["CAUSAL"] == causal
+        assert meta["SKEW"] is False and meta["OWN_DQ"] is False
+        assert label == "gluon rows 128x64/2s +dQ ahead" and dq_tile == (64, 64)
+    for value in (None, "", "auto", "0"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", value)
+        kernel, meta, label, _ = launched()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["AHEAD"] is False, value
+        assert label == "gluon rows 128x64/2s +dQ" and not bwdrows_hopper.rows_ahead()
+    for value in ("yes", "2"):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", value)
+        with pytest.raises(ValueError,
+                           match="FLASHTILE_GLUON_BWD_ROWS_AHEAD must be 0, 1 or 'auto'"):
+            launched()
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", "1")
+    for other, value in (("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1"),
+                         ("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")):
+        monkeypatch.setenv(other, value)
+        with pytest.raises(ValueError, match=f"FLASHTILE_GLUON_BWD_ROWS_AHEAD=1 and {other}="):
+            launched()
+        monkeypatch.delenv(other)
+    assert launches == []
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
+    kernel, meta, _, _ = launched()
+    assert kernel is bwd_hopper._dkdv_hopper_kernel and "AHEAD" not in meta

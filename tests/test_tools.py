@@ -119,6 +119,7 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, mask):
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -141,6 +142,7 @@ def test_rows_skew_dkdv_kernel_compiles_clean(monkeypatch, mask):
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -163,6 +165,7 @@ def test_rows_own_dq_dkdv_kernel_compiles_clean(monkeypatch, mask):
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
                *([mask] if mask == "--causal" else []))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
@@ -172,6 +175,28 @@ def test_rows_own_dq_dkdv_kernel_compiles_clean(monkeypatch, mask):
     n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
                                                    .split("wgmma waits:")[1].splitlines()[0]))
     assert n_waits * 4 <= n_hgmma and n_hgmma == 56, out
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
+def test_rows_ahead_dkdv_kernel_compiles_clean(monkeypatch, mask):
+    """``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1``: the queries-as-rows kernel with the next tile's S
+    issued before the wait for this tile's dV, dK and dQ (and its dP before the dQ reduction)
+    compiles without spills or serialised wgmma (offline: 8 waits for 128 HGMMA, the last
+    tile peeled), in the shared memory of the tile-by-tile kernel (197,024 B)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
+    out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", "128",
+               *([mask] if mask == "--causal" else []))
+    lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
+    line = lines["gluon dkdv rows"]
+    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+    n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
+                                                   .split("wgmma waits:")[1].splitlines()[0]))
+    assert n_waits * 4 <= n_hgmma and n_hgmma == 128, out
 
 
 def test_host_overhead_times_the_host_path():

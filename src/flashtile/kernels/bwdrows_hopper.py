@@ -125,6 +125,31 @@ consumer and tile), no C75xx warning; SASS: STS 114 (82), SYNCS 23 (43), BAR 37 
 default build (``OWN_DQ`` off) is unchanged: the same PTX after stripping ``.loc``/``.file``
 lines and debug labels, the same SASS. Whether dropping the handshake pays for the doubled
 reduce traffic is for the GPU to say.
+
+S and dP ahead (opt-in on top of the tile-by-tile schedule: ``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1``,
+:func:`rows_ahead`, the constexpr ``AHEAD``; :func:`_rows_consume_ahead`; with ``SKEW`` or
+``OWN_DQ`` a ValueError). Tile by tile, a consumer's tensor pipe idles during its softmax
+unless the other consumer issues (Nsight Compute at 4k: tensor pipe 52%, issue slots 20%).
+Ahead, tile 0's S and dP are issued before the loop, and tile t, after issuing its dV, dK and
+dQ, waits for ring slot t+1 and issues S_{t+1}, waits for dV, dK and dQ only
+(``warpgroup_mma_wait(1)``: S_{t+1} stays in flight), stages the dQ part in shared memory,
+issues dP_{t+1} (into the registers the dQ part leaves) and then the dQ reduction; tile t+1
+starts by waiting for its S and dP. The last tile (no t+1) is peeled. The schedule the brief
+named first, S_{t+1} and dP_{t+1} both issued before the wait for dV, dK and dQ, spills:
+S, dP 64 + dK, dV 128 + dQ 32 = 224 of the 240 registers live across the dQ reduction, and
+ptxas keeps S in local memory (512 B spills unmasked, 516 B causal, C7512: every wgmma
+serialised). With ``OWN_DQ`` (dQ 64 registers) S ahead of the wait spills too (772 B, C7512),
+and S and dP both issued after the staging leave 4 B of spills causal (outside the tile
+loop; 0 B unmasked): not offered.
+
+Offline (same build, ``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1`` added; not yet run on a GPU),
+unmasked and causal alike: 0 B of spills (240 registers per consumer; ptxas reports the
+kernel's 168), 197,024 B of shared memory (as tile by tile), 128 HGMMA for 8 wgmma waits
+(per consumer: the loop 32 HGMMA / 2 waits, the peeled last tile 32 / 2), no C75xx warning;
+SASS STS 130 (82), BAR 54 (42), SYNCS 61 (43). Two other clean placements compiled the same
+numbers: S ahead alone (dP at the tile's top) and S and dP both issued after the dQ part is
+staged. The default build (``AHEAD`` off) is unchanged: the same PTX up to its debug
+sections after stripping ``.loc``/``.file`` lines and labels, the same SASS.
 """
 from __future__ import annotations
 
@@ -190,7 +215,8 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, SKEW: gl.constexpr, OWN_DQ: gl.constexpr):
+                  GROUP: gl.constexpr, SKEW: gl.constexpr, OWN_DQ: gl.constexpr,
+                  AHEAD: gl.constexpr):
     """Consumer partition (one warpgroup): its program's work item, dK and dV of the keys'
     half ``HALF`` and the dQ columns' half ``HALF`` of every query tile (``OWN_DQ``: dQ over
     its own keys, all columns; module docstring)."""
@@ -220,6 +246,12 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                              LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, kv_row0,
                              kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base, qk_scale,
                              sm_scale, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL)
+    elif AHEAD:                     # (S and dP of tile t+1 issued within tile t)
+        _rows_consume_ahead(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_smem,
+                            do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
+                            LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, kv_row0,
+                            kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base, qk_scale,
+                            sm_scale, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL)
     elif OWN_DQ:                    # (dQ over its own keys: no dS handshake)
         _rows_consume_own(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_smem, do_smem,
                           p_smem, ds_smem, dq_buf, ready, empty, LSE, DSUM, stride_lse_h,
@@ -447,13 +479,114 @@ def _rows_consume_own(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_smem,
 
 
 @gluon.jit
+def _ahead_tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+                dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h,
+                keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
+                sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, LAST: gl.constexpr):
+    """Rows ahead, tile t from its S and dP in flight: wait for them, P and dS, issue dV, dK
+    and dQ; then (not ``LAST``) S of tile t+1 before the wait for dV, dK and dQ (one group
+    stays in flight), and dP of tile t+1 once the dQ part is staged in shared memory (its
+    registers free again), before the dQ reduction. Returns dK, dV and tile t+1's S, dP (in
+    flight; ``LAST``: tile t's, spent)."""
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
+    dtype: gl.constexpr = q_smem.dtype
+    slot = t % NUM_STAGES
+    z = t >> 30                     # (the opaque zero of :func:`_rows_consume`)
+    k_cur = k_smem.index(HALF + z)
+    v_cur = v_smem.index(HALF + z)
+    p_buf = p_smem.index(HALF + z)
+    ds_buf = ds_smem.index(HALF + z)
+    q_tile = q_smem.index(slot)
+    do_tile = do_smem.index(slot)
+    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
+                             n_i, BLOCK_M, row_layout)
+    q_pos = (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    s, dp = warpgroup_mma_wait(0, deps=(s, dp))
+    p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
+    # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
+    # the dS tiles (this one's own dV and dK of t-1, the P tile's reader, are done)
+    mbarrier.wait(ds_free, (t & 1) ^ 1)
+    p_buf.store(p)
+    ds_buf.store(ds)
+    fence_async_shared()
+    gl.thread_barrier()             # (every thread's part stored before the one arrival)
+    mbarrier.arrive(ds_ready, count=1)
+    dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
+    dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
+    mbarrier.wait(ds_ready, t & 1)                  # (the other consumer's dS half)
+    k0_part = k_smem.index(z).slice(HALF * 64, 64, dim=1)
+    k1_part = k_smem.index(1 + z).slice(HALF * 64, 64, dim=1)
+    dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
+    dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+    next_slot = (t + 1) % NUM_STAGES
+    if LAST:
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
+    else:
+        # S of tile t+1 into the tensor pipe behind this tile's products (S, dP, dK, dV, dQ
+        # all live at once would need 224 of the 240 registers: ptxas spills S, C7512)
+        mbarrier.wait(ready.index(next_slot), ((t + 1) // NUM_STAGES) & 1)
+        s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
+        dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
+    # the dQ part staged as :func:`_dq_part_reduce` does, with dP of t+1 issued before the
+    # reduction (into the registers the dQ part leaves)
+    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D + HALF * 64
+    tma.store_wait(0)
+    gl.thread_barrier()             # (every warp's products done before the arrivals)
+    mbarrier.arrive(empty.index(slot), count=1)
+    mbarrier.arrive(ds_free, count=1)
+    dq_buf.store(dq * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    if not LAST:
+        dp = warpgroup_mma(do_smem.index(next_slot), v_cur.permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+    _tma_reduce_add(dq_desc, [row, col], dq_buf)
+    return dk, dv, s, dp
+
+
+@gluon.jit
+def _rows_consume_ahead(dk, dv, dk_desc, dv_desc, dq_desc, k_smem, v_smem, q_smem, do_smem,
+                        p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM,
+                        stride_lse_h, stride_d_h, keys, s_zero, dq_zero, kv_row0, kv_col, i0,
+                        n_i, n_t, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
+                        HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                        HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """The consumer's tiles with S and dP one tile ahead (``AHEAD``, module docstring): tile 0's
+    S and dP are issued before the loop, each tile issues the next one's behind its own dV, dK
+    and dQ (:func:`_ahead_tile`), and the last tile (no t+1) is peeled."""
+    mbarrier.wait(ready.index(0), 0)        # (tile 0's S and dP, before the loop)
+    s = warpgroup_mma(q_smem.index(0), k_smem.index(HALF).permute((1, 0)), s_zero,
+                      use_acc=False, is_async=True)
+    dp = warpgroup_mma(do_smem.index(0), v_smem.index(HALF).permute((1, 0)), s_zero,
+                       use_acc=False, is_async=True)
+    for t in range(n_t - 1):
+        dk, dv, s, dp = _ahead_tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
+                                    p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
+                                    LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero,
+                                    i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
+                                    sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
+    dk, dv, s, dp = _ahead_tile(n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+                                do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready,
+                                empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero,
+                                dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
+                                sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
+    # the other consumer's last dQ products have read this one's K: K and V stage dK and dV
+    mbarrier.wait(ds_free, (n_t - 1) & 1)
+    _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem, v_smem, kv_row0, kv_col, sm_scale, HALF,
+              BLOCK_N)
+
+
+@gluon.jit
 def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
                       stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, nheads_kv, group,
                       seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr, SKEW: gl.constexpr,
-                      OWN_DQ: gl.constexpr):
+                      OWN_DQ: gl.constexpr, AHEAD: gl.constexpr):
     # One program per work item (n_work programs): 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
@@ -488,13 +621,13 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                          n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
                          sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                         SKEW, OWN_DQ)),
+                         SKEW, OWN_DQ, AHEAD)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready,
                          empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                          n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
                          sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                         SKEW, OWN_DQ)),
+                         SKEW, OWN_DQ, AHEAD)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
@@ -531,6 +664,16 @@ def own_dq() -> bool:
     return True
 
 
+def rows_ahead() -> bool:
+    """``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1`` asks for the next tile's S issued before the wait
+    for this tile's dV, dK and dQ, and its dP before this tile's dQ reduction
+    (:func:`_rows_consume_ahead`; on top of the tile-by-tile schedule only: with
+    ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` or ``FLASHTILE_GLUON_BWD_ROWS_DQ=own`` the launch
+    raises a ValueError); unset, empty, ``auto`` or ``0`` keep one tile at a time; anything
+    else a ValueError. Opt-in: not yet run on a GPU (module docstring)."""
+    return env_forced("FLASHTILE_GLUON_BWD_ROWS_AHEAD") is True
+
+
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether a one-pass call that :mod:`.bwd_hopper` covers runs here: not switched off
     (:func:`enabled`), no persistent grid forced (``FLASHTILE_GLUON_BWD_PERSISTENT=1``), a
@@ -556,10 +699,16 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
-    skew, own = skewed(), own_dq()
+    skew, own, ahead = skewed(), own_dq(), rows_ahead()
     if skew and own:
         raise ValueError("FLASHTILE_GLUON_BWD_ROWS_SKEW=1 and FLASHTILE_GLUON_BWD_ROWS_DQ=own "
                          "are two different schedules of the rows kernel, not one: unset one")
+    if ahead and (skew or own):
+        other = ("FLASHTILE_GLUON_BWD_ROWS_SKEW=1" if skew
+                 else "FLASHTILE_GLUON_BWD_ROWS_DQ=own")
+        raise ValueError(f"FLASHTILE_GLUON_BWD_ROWS_AHEAD=1 and {other} are two different "
+                         "schedules of the rows kernel, not one (the tile-by-tile one is the "
+                         "only one with S and dP ahead): unset one")
     # (the dQ accumulator's TMA blocks: a consumer's part, 64 columns; own: all d of them)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d if own else 64)))
@@ -569,9 +718,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
          hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
-             CONSUMER_REGS=regs, SKEW=skew, OWN_DQ=own, num_warps=4,
+             CONSUMER_REGS=regs, SKEW=skew, OWN_DQ=own, AHEAD=ahead, num_warps=4,
              GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ" + (" skew" if skew else "")
-        + (" own" if own else ""))
+        + (" own" if own else "") + (" ahead" if ahead else ""))
