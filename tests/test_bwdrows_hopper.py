@@ -21,33 +21,24 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-# The rows kernel's schedules: (FLASHTILE_GLUON_BWD_ROWS_SKEW, FLASHTILE_GLUON_BWD_ROWS_DQ,
-# FLASHTILE_GLUON_BWD_ROWS_AHEAD)
-SCHEDULES = {"tilewise": ("0", "auto", "0"), "skew": ("1", "auto", "0"),
-             "own": ("0", "own", "0"), "ahead": ("0", "auto", "1")}
-
-
 def _schedule(monkeypatch, schedule: str) -> None:
-    """The rows kernel switched on (as by default) with ``schedule`` (:data:`SCHEDULES`)."""
-    skew, dq, ahead = SCHEDULES[schedule]
+    """The rows kernel switched on (as by default) with ``schedule``
+    (:data:`bwdrows_hopper.SCHEDULES`)."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", skew)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", dq)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", ahead)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", schedule)
 
 
-@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("schedule", bwdrows_hopper.SCHEDULES)
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
 def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
     """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
     dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
     4 query tiles per head, and one item of 2 query tiles: the skewed loop's one pass; causal
-    and not), tile by tile, skewed (``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``: dQ one tile late)
-    and with each consumer's dQ over its own keys (``FLASHTILE_GLUON_BWD_ROWS_DQ=own``: the
-    two parts added in the accumulator), and tile by tile with the next tile's S and dP
-    issued within the tile (``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1``: the last tile peeled): all
-    three gradients within budget, one launch, of the rows kernel (its ``SKEW``, ``OWN_DQ``
-    and ``AHEAD`` as asked), and no dQ kernel."""
+    and not), in every schedule (``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE``: tile by tile, dQ one
+    tile late, each consumer's dQ over its own keys with the two parts added in the
+    accumulator, the next tile's S and dP issued within the tile with the last tile
+    peeled): all three gradients within budget, one launch, of the rows kernel (labelled
+    with its schedule), and no dQ kernel."""
     _schedule(monkeypatch, schedule)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
@@ -61,16 +52,13 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
                                       if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel, label
     assert label.startswith("gluon rows") and meta["CAUSAL"] == causal
-    assert meta["SKEW"] == (schedule == "skew") and label.endswith(" skew") == (schedule == "skew")
-    assert meta["OWN_DQ"] == (schedule == "own") and label.endswith(" own") == (schedule == "own")
-    assert meta["AHEAD"] == (schedule == "ahead")
-    assert label.endswith(" ahead") == (schedule == "ahead")
+    assert label.endswith("+dQ" if schedule == "tiles" else f" {schedule}"), label
     assert grid == (b * hkv * s // 128,)
 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("schedule", bwdrows_hopper.SCHEDULES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, schedule):
     """One query tile per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
@@ -87,7 +75,7 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, schedule):
     assert len(gluon_calls) == 1
     ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] == (schedule == "skew")
-    assert meta["OWN_DQ"] == (schedule == "own") and meta["AHEAD"] == (schedule == "ahead")
+    assert meta["OWN_DQ"] == (schedule == "own-dq") and meta["AHEAD"] == (schedule == "ahead")
 
 
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
@@ -108,9 +96,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     is one of the plan keys' options. Runs on the CPU: the launches are captured, not
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
@@ -157,66 +143,17 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     launched(one_pass=False)       # (two passes never read it)
 
 
-def test_rows_skew_switch_reaches_the_launch(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_ROWS_SKEW``: ``1`` launches the rows kernel with ``SKEW=True``
-    (dQ one tile late, the dS tiles double-buffered) and a label that says so, causal and
-    not; unset, ``auto`` and ``0`` with ``SKEW=False``; anything else is refused; with
-    ``FLASHTILE_GLUON_BWD_ROWS=0`` it sends nothing to the rows kernel. One of the plan keys'
-    options. Runs on the CPU: the launches are captured, not made."""
-    assert "FLASHTILE_GLUON_BWD_ROWS_SKEW" in common.GLUON_OPTIONS["bwd_hopper"]
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
-    launches = gluon_launches(monkeypatch, run=False, full=True)
-
-    def launched(causal=False):
-        q, k, v, dout, params = _call(causal=causal)
-        lse = dsum = torch.zeros(2, 4, 1024)
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
-        (launch,) = launches
-        launches.clear()
-        return launch[1], launch[5], launch[8]
-
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
-    for causal in (False, True):
-        kernel, meta, label = launched(causal)
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and bwdrows_hopper.skewed()
-        assert meta["SKEW"] is True and meta["CAUSAL"] == causal
-        assert label == "gluon rows 128x64/2s +dQ skew"
-    for value in (None, "", "auto", "0"):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW")
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", value)
-        kernel, meta, label = launched()
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] is False, value
-        assert label == "gluon rows 128x64/2s +dQ" and not bwdrows_hopper.skewed()
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "yes")
-    with pytest.raises(ValueError,
-                       match="FLASHTILE_GLUON_BWD_ROWS_SKEW must be 0, 1 or 'auto'"):
-        launched()
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
-    kernel, _, _ = launched()
-    assert kernel is bwd_hopper._dkdv_hopper_kernel
-
-
-def test_rows_own_dq_switch_reaches_the_launch(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_ROWS_DQ``: ``own`` launches the rows kernel with ``OWN_DQ=True``
-    (each consumer's dQ over its own keys, all columns: the accumulator's TMA blocks 64 x 128)
-    and a label that says so, causal and not; unset, empty, ``auto`` and ``halves`` with
-    ``OWN_DQ=False`` (blocks of 64 x 64); anything else is refused, and so is ``own`` with
-    ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` (two schedules at once); with
-    ``FLASHTILE_GLUON_BWD_ROWS=0`` it sends nothing to the rows kernel. One of the plan keys'
-    options. Runs on the CPU: the launches are captured, not made."""
-    assert "FLASHTILE_GLUON_BWD_ROWS_DQ" in common.GLUON_OPTIONS["bwd_hopper"]
+@pytest.mark.parametrize("schedule", bwdrows_hopper.SCHEDULES)
+def test_rows_schedule_reaches_the_launch(monkeypatch, schedule):
+    """``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE``: each schedule launches the rows kernel with its
+    constexpr (``SKEW``, ``OWN_DQ``, ``AHEAD``; none for ``tiles``, also what unset, empty
+    and ``auto`` give) and a label that names it, causal and not; ``own-dq`` with the dQ
+    accumulator in 64 x 128 TMA blocks (64 x 64 otherwise); anything else is refused before
+    a launch; with ``FLASHTILE_GLUON_BWD_ROWS=0`` nothing goes to the rows kernel. One of the
+    plan keys' options. Runs on the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_ROWS_SCHEDULE" in common.GLUON_OPTIONS["bwd_hopper"]
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
 
     def launched(causal=False):
@@ -230,91 +167,29 @@ def test_rows_own_dq_switch_reaches_the_launch(monkeypatch):
         assert launch[3][-1][0] is dq_acc
         return launch[1], launch[5], launch[8], launch[3][-1][1]
 
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")
-    for causal in (False, True):
-        kernel, meta, label, dq_tile = launched(causal)
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and bwdrows_hopper.own_dq()
-        assert meta["OWN_DQ"] is True and meta["SKEW"] is False and meta["CAUSAL"] == causal
-        assert label == "gluon rows 128x64/2s +dQ own" and dq_tile == (64, 128)
-    for value in (None, "", "auto", "halves"):
+    flags = {"SKEW": "skew", "OWN_DQ": "own-dq", "AHEAD": "ahead"}
+    values = (None, "", "auto", "tiles") if schedule == "tiles" else (schedule,)
+    for value in values:
         if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ")
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", raising=False)
         else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", value)
-        kernel, meta, label, dq_tile = launched()
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["OWN_DQ"] is False, value
-        assert label == "gluon rows 128x64/2s +dQ" and dq_tile == (64, 64)
-        assert not bwdrows_hopper.own_dq()
-    for value in ("1", "yes", "OWN"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", value)
-        with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_DQ must be 'halves', "
-                                             "'own' or 'auto'"):
+            _schedule(monkeypatch, value)
+        assert bwdrows_hopper.schedule() == schedule
+        for causal in (False, True):
+            kernel, meta, label, dq_tile = launched(causal)
+            assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["CAUSAL"] == causal
+            assert {flag: meta[flag] for flag in flags} == \
+                {flag: name == schedule for flag, name in flags.items()}, meta
+            assert label == "gluon rows 128x64/2s +dQ" + ("" if schedule == "tiles"
+                                                           else f" {schedule}")
+            assert dq_tile == ((64, 128) if schedule == "own-dq" else (64, 64))
+    for value in ("1", "own", "SKEW", "tiles,ahead"):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", value)
+        with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_SCHEDULE must be"):
             launched()
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1")
-    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_SKEW=1 and "
-                                         "FLASHTILE_GLUON_BWD_ROWS_DQ=own"):
-        launched()
     assert launches == []
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW")
+    _schedule(monkeypatch, schedule)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     kernel, meta, _, _ = launched()
-    assert kernel is bwd_hopper._dkdv_hopper_kernel and "OWN_DQ" not in meta
-
-
-def test_rows_ahead_switch_reaches_the_launch(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_ROWS_AHEAD``: ``1`` launches the rows kernel with ``AHEAD=True``
-    (the next tile's S and dP issued within the tile) and a label that says so, causal and
-    not; unset, empty, ``auto`` and ``0`` with ``AHEAD=False``; anything else is refused, and
-    so is ``1`` with ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` or ``FLASHTILE_GLUON_BWD_ROWS_DQ=own``
-    (two schedules at once); with ``FLASHTILE_GLUON_BWD_ROWS=0`` it sends nothing to the rows
-    kernel. One of the plan keys' options. Runs on the CPU: the launches are captured, not
-    made."""
-    assert "FLASHTILE_GLUON_BWD_ROWS_AHEAD" in common.GLUON_OPTIONS["bwd_hopper"]
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SKEW", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_DQ", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    launches = gluon_launches(monkeypatch, run=False, full=True)
-
-    def launched(causal=False):
-        q, k, v, dout, params = _call(causal=causal)
-        lse = dsum = torch.zeros(2, 4, 1024)
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
-        (launch,) = launches
-        launches.clear()
-        return launch[1], launch[5], launch[8], launch[3][-1][1]
-
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", "1")
-    for causal in (False, True):
-        kernel, meta, label, dq_tile = launched(causal)
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and bwdrows_hopper.rows_ahead()
-        assert meta["AHEAD"] is True and meta["CAUSAL"] == causal
-        assert meta["SKEW"] is False and meta["OWN_DQ"] is False
-        assert label == "gluon rows 128x64/2s +dQ ahead" and dq_tile == (64, 64)
-    for value in (None, "", "auto", "0"):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD")
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", value)
-        kernel, meta, label, _ = launched()
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["AHEAD"] is False, value
-        assert label == "gluon rows 128x64/2s +dQ" and not bwdrows_hopper.rows_ahead()
-    for value in ("yes", "2"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", value)
-        with pytest.raises(ValueError,
-                           match="FLASHTILE_GLUON_BWD_ROWS_AHEAD must be 0, 1 or 'auto'"):
-            launched()
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_AHEAD", "1")
-    for other, value in (("FLASHTILE_GLUON_BWD_ROWS_SKEW", "1"),
-                         ("FLASHTILE_GLUON_BWD_ROWS_DQ", "own")):
-        monkeypatch.setenv(other, value)
-        with pytest.raises(ValueError, match=f"FLASHTILE_GLUON_BWD_ROWS_AHEAD=1 and {other}="):
-            launched()
-        monkeypatch.delenv(other)
-    assert launches == []
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
-    kernel, meta, _, _ = launched()
-    assert kernel is bwd_hopper._dkdv_hopper_kernel and "AHEAD" not in meta
+    assert kernel is bwd_hopper._dkdv_hopper_kernel and "SKEW" not in meta

@@ -63,8 +63,11 @@ kernel, backward kernel sums): -4.1% / -7.3% / -6.1% unmasked at 1k / 4k / 16k, 
 in the same runs). Nsight Compute at 4k unmasked: 2,699 us (the transposed kernel 2,900,
 cuDNN's 2,302), tensor pipe 52% (49%, 64%), L1 67% (71%, 69%), issue slots 20% busy: the
 consumers wait more than they issue.
-Skewed schedule (opt-in on top: ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1``, :func:`skewed`, the
-constexpr ``SKEW``; :func:`_rows_consume_skewed`). Tile by tile, each consumer needs the other's
+Three more schedules, one at a time, for the sweep (:func:`schedule`:
+``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE`` = ``skew``, ``own-dq`` or ``ahead``; unset: one tile at
+a time as above).
+
+Skewed schedule (``skew``, the constexpr ``SKEW``; :func:`_rows_consume_skewed`). Tile by tile, each consumer needs the other's
 dS of the same tile before its dQ (step 5), which holds the two in step: their softmax phases
 coincide and nothing feeds the tensor pipe meanwhile (Nsight Compute, H200, d=128 4k: issue
 slots 20% busy). Skewed, tile t issues its S, dP, P, dS, dV and dK as above and then the dQ
@@ -81,7 +84,7 @@ the other's dS one tile behind and the two may drift apart by up to a tile:
   the last tile's dQ follows the loop, and dK/dV leave once ``ds_free`` of that last tile
   completes. Every item has a tile (n_t >= 1: causal items need ``seqlen_q == seqlen_k``).
 
-Offline (same build, ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` added), unmasked and causal alike:
+Offline (same build, ``skew``), unmasked and causal alike:
 0 B of spills (240 registers per consumer: the live set of the loop is as tile by tile,
 dK, dV 128 + S, dP 64, then dQ 32 once S and dP are dead), 213,416 B of shared memory
 (+16,392), 128 HGMMA for 10 wgmma waits (per consumer: tile 0 24 HGMMA / 2 waits, the loop
@@ -99,8 +102,7 @@ tensor pipe 50.0% -> 50.2%, issue slots 22.3% -> 24.6%. The whole backward by ``
 with ``SKEW`` on and off. Still opt-in: one session's numbers, not the A/B rounds of
 docs/perf.md.
 
-Own-dQ schedule (opt-in: ``FLASHTILE_GLUON_BWD_ROWS_DQ=own``, :func:`own_dq`, the constexpr
-``OWN_DQ``; :func:`_rows_consume_own`; not with ``SKEW``: asking for both is a ValueError).
+Own-dQ schedule (``own-dq``, the constexpr ``OWN_DQ``; :func:`_rows_consume_own`).
 Step 5 splits dQ by columns, so each consumer needs the other's dS every tile; split by keys
 instead, it needs nothing of the other's: consumer ``HALF`` computes ``dQ_j += dS_HALF
 K_HALF`` over its own 64 keys and all ``HEAD_D`` columns (M = 64 queries, N = 128, K = 64
@@ -116,7 +118,7 @@ instead of 2 x 16 KB), the dQ staging tile twice as large (``dq_smem[HALF]`` 64 
 accumulator's TMA descriptor in 64 x 128 blocks (:func:`dkdv`). Registers: dK, dV 128 + the
 dQ part 64 once S and dP are dead.
 
-Offline (same build, ``FLASHTILE_GLUON_BWD_ROWS_DQ=own`` added; not yet run on a GPU),
+Offline (same build, ``own-dq``; not yet run on a GPU),
 unmasked and causal alike: 0 B of spills (240 registers per consumer; ptxas reports the
 kernel's 168), 229,736 B of shared memory (+32,712; 2,712 B under the 232,448 B of one
 H200 SM, so the 64 x 128 part is staged whole, not as two 64 x 64 halves), 56 HGMMA (per
@@ -126,9 +128,7 @@ default build (``OWN_DQ`` off) is unchanged: the same PTX after stripping ``.loc
 lines and debug labels, the same SASS. Whether dropping the handshake pays for the doubled
 reduce traffic is for the GPU to say.
 
-S and dP ahead (opt-in on top of the tile-by-tile schedule: ``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1``,
-:func:`rows_ahead`, the constexpr ``AHEAD``; :func:`_rows_consume_ahead`; with ``SKEW`` or
-``OWN_DQ`` a ValueError). Tile by tile, a consumer's tensor pipe idles during its softmax
+S and dP ahead (``ahead``, the constexpr ``AHEAD``; :func:`_rows_consume_ahead`). Tile by tile, a consumer's tensor pipe idles during its softmax
 unless the other consumer issues (Nsight Compute at 4k: tensor pipe 52%, issue slots 20%).
 Ahead, tile 0's S and dP are issued before the loop, and tile t, after issuing its dV, dK and
 dQ, waits for ring slot t+1 and issues S_{t+1}, waits for dV, dK and dQ only
@@ -142,7 +142,7 @@ serialised). With ``OWN_DQ`` (dQ 64 registers) S ahead of the wait spills too (7
 and S and dP both issued after the staging leave 4 B of spills causal (outside the tile
 loop; 0 B unmasked): not offered.
 
-Offline (same build, ``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1`` added; not yet run on a GPU),
+Offline (same build, ``ahead``; not yet run on a GPU),
 unmasked and causal alike: 0 B of spills (240 registers per consumer; ptxas reports the
 kernel's 168), 197,024 B of shared memory (as tile by tile), 128 HGMMA for 8 wgmma waits
 (per consumer: the loop 32 HGMMA / 2 waits, the peeled last tile 32 / 2), no C75xx warning;
@@ -641,37 +641,26 @@ def enabled() -> bool:
     return env_forced("FLASHTILE_GLUON_BWD_ROWS") is not False
 
 
-def skewed() -> bool:
-    """``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` asks for the skewed schedule (dQ one tile late,
-    :func:`_rows_consume_skewed`); unset, empty, ``auto`` or ``0`` keep the tile-by-tile one
-    (opt-in: -3.5% unmasked, -0.5% causal in one session, module docstring); anything else a
+# The schedules of the rows kernel, ``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE`` (module docstring):
+# one tile at a time (the default), dQ one tile late (``SKEW``), each consumer's dQ over its
+# own keys (``OWN_DQ``), the next tile's S and dP issued within the tile (``AHEAD``)
+SCHEDULES = ("tiles", "skew", "own-dq", "ahead")
+
+
+def schedule() -> str:
+    """The rows kernel's schedule, one of :data:`SCHEDULES`:
+    ``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE`` unset, empty or ``auto`` is ``tiles`` (measured,
+    session 22); ``skew``
+    (:func:`_rows_consume_skewed`), ``own-dq`` (:func:`_rows_consume_own`) and ``ahead``
+    (:func:`_rows_consume_ahead`) are opt-in, for the sweep (module docstring); anything else a
     ValueError."""
-    return env_forced("FLASHTILE_GLUON_BWD_ROWS_SKEW") is True
-
-
-def own_dq() -> bool:
-    """``FLASHTILE_GLUON_BWD_ROWS_DQ=own`` asks for the schedule without a dS handshake: each
-    consumer's dQ part over its own 64 keys and all columns (:func:`_rows_consume_own`);
-    unset, empty, ``auto`` or ``halves`` keep the column halves over both consumers' keys
-    (tile by tile, or skewed: :func:`skewed`); anything else a ValueError. Opt-in: not yet
-    run on a GPU (module docstring)."""
-    value = getenv("FLASHTILE_GLUON_BWD_ROWS_DQ", "auto")
-    if value in ("", "auto", "halves"):
-        return False
-    if value != "own":
-        raise ValueError("FLASHTILE_GLUON_BWD_ROWS_DQ must be 'halves', 'own' or 'auto' "
-                         f"(or unset), got {value!r}")
-    return True
-
-
-def rows_ahead() -> bool:
-    """``FLASHTILE_GLUON_BWD_ROWS_AHEAD=1`` asks for the next tile's S issued before the wait
-    for this tile's dV, dK and dQ, and its dP before this tile's dQ reduction
-    (:func:`_rows_consume_ahead`; on top of the tile-by-tile schedule only: with
-    ``FLASHTILE_GLUON_BWD_ROWS_SKEW=1`` or ``FLASHTILE_GLUON_BWD_ROWS_DQ=own`` the launch
-    raises a ValueError); unset, empty, ``auto`` or ``0`` keep one tile at a time; anything
-    else a ValueError. Opt-in: not yet run on a GPU (module docstring)."""
-    return env_forced("FLASHTILE_GLUON_BWD_ROWS_AHEAD") is True
+    value = getenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", "auto") or "auto"
+    if value == "auto":
+        return "tiles"
+    if value not in SCHEDULES:
+        raise ValueError(f"FLASHTILE_GLUON_BWD_ROWS_SCHEDULE must be 'auto' or one of "
+                         f"{', '.join(SCHEDULES)} (or unset), got {value!r}")
+    return value
 
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -699,16 +688,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
-    skew, own, ahead = skewed(), own_dq(), rows_ahead()
-    if skew and own:
-        raise ValueError("FLASHTILE_GLUON_BWD_ROWS_SKEW=1 and FLASHTILE_GLUON_BWD_ROWS_DQ=own "
-                         "are two different schedules of the rows kernel, not one: unset one")
-    if ahead and (skew or own):
-        other = ("FLASHTILE_GLUON_BWD_ROWS_SKEW=1" if skew
-                 else "FLASHTILE_GLUON_BWD_ROWS_DQ=own")
-        raise ValueError(f"FLASHTILE_GLUON_BWD_ROWS_AHEAD=1 and {other} are two different "
-                         "schedules of the rows kernel, not one (the tile-by-tile one is the "
-                         "only one with S and dP ahead): unset one")
+    plan = schedule()
+    skew, own, ahead = plan == "skew", plan == "own-dq", plan == "ahead"
     # (the dQ accumulator's TMA blocks: a consumer's part, 64 columns; own: all d of them)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d if own else 64)))
@@ -722,5 +703,5 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
              GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv",
-        f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ" + (" skew" if skew else "")
-        + (" own" if own else "") + (" ahead" if ahead else ""))
+        f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
+        + ("" if plan == "tiles" else f" {plan}"))
