@@ -46,9 +46,10 @@ The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` k
 :mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
 :func:`.bwd_hopper.dkdv`'s one-pass calls at d=128 run here (:func:`takes`: query lengths
 that are multiples of 64 as well); two passes, ``deterministic=True`` and the other head dims
-keep :mod:`.bwd_hopper`, and so does a forced persistent grid. d=64
-does not fall out: a consumer's dQ part would be 64 queries x 32 columns, not the
-accumulator's 64-column TMA blocks (and an M=32 wgmma does not exist).
+keep :mod:`.bwd_hopper`, and so does a forced persistent grid. d=64 does not fall out: a
+consumer's dQ part would be 64 queries x 32 columns, not the accumulator's 64-column TMA
+blocks (and an M=32 wgmma does not exist); the ``own-dq`` schedule below, whose parts are 64
+x d, would lift that limit.
 
 Offline verdict (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
 --gluon --one-pass --d 128 [--causal]``), unmasked and causal
@@ -58,21 +59,23 @@ dK 4, dQ 2 x 4) for 4 wgmma waits (two per consumer and tile), no C75xx warning 
 serialised). The first version held the shared tiles' wgmma descriptors as loop invariants
 and spilled 284 B inside the tile loop (see the opaque zero in :func:`_rows_consume`).
 On the H200 (session 22, bf16, 16k tokens, two alternating rounds against the transposed
-kernel, backward kernel sums): -4.1% / -7.3% / -6.1% unmasked at 1k / 4k / 16k, -4.3% /
--6.2% / -5.1% causal; forward+backward 0.85-0.93x cuDNN (the transposed kernel: 0.82-0.88x
-in the same runs). Nsight Compute at 4k unmasked: 2,699 us (the transposed kernel 2,900,
-cuDNN's 2,302), tensor pipe 52% (49%, 64%), L1 67% (71%, 69%), issue slots 20% busy: the
-consumers wait more than they issue.
+kernel, backward kernel sums): -4.1% / -7.3% / -6.1% unmasked at 1k / 4k / 16k, -4.3% / -6.2% /
+-5.1% causal; the backward alone by do_bench 0.85-0.93x cuDNN (the transposed kernel:
+0.81-0.88x in the same runs), forward+backward 0.86-0.97x. Nsight Compute at 4k unmasked: 2,699
+us (the transposed kernel 2,900, cuDNN's 2,302), tensor pipe 52% (49%, 64%), L1 67% (71%, 69%),
+issue slots 20% busy: the consumers wait more than they issue.
+
 Three more schedules, one at a time, for the sweep (:func:`schedule`:
 ``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE`` = ``skew``, ``own-dq`` or ``ahead``; unset: one tile at
 a time as above).
 
-Skewed schedule (``skew``, the constexpr ``SKEW``; :func:`_rows_consume_skewed`). Tile by tile, each consumer needs the other's
-dS of the same tile before its dQ (step 5), which holds the two in step: their softmax phases
-coincide and nothing feeds the tensor pipe meanwhile (Nsight Compute, H200, d=128 4k: issue
-slots 20% busy). Skewed, tile t issues its S, dP, P, dS, dV and dK as above and then the dQ
-part of tile t-1, whose dS halves both consumers stored a tile ago, so a consumer waits for
-the other's dS one tile behind and the two may drift apart by up to a tile:
+Skewed schedule (``skew``, the constexpr ``SKEW``; :func:`_rows_consume_skewed`). Tile by tile,
+each consumer needs the other's dS of the same tile before its dQ (step 5), which holds the two
+in step: their softmax phases coincide and nothing feeds the tensor pipe meanwhile (Nsight
+Compute, H200, d=128 4k: issue slots 20% busy). Skewed, tile t issues its S, dP, P, dS, dV and
+dK as above and then the dQ part of tile t-1, whose dS halves both consumers stored a tile ago,
+so a consumer waits for the other's dS one tile behind and the two may drift apart by up to a
+tile:
 
 - the dS tiles double-buffered, ``ds_smem[2 (t % 2) + HALF]`` (+16 KB), with a ``ds_ready``
   and a ``ds_free`` barrier per buffer (both consumers' dS of tile t stored; both
@@ -128,19 +131,19 @@ default build (``OWN_DQ`` off) is unchanged: the same PTX after stripping ``.loc
 lines and debug labels, the same SASS. Whether dropping the handshake pays for the doubled
 reduce traffic is for the GPU to say.
 
-S and dP ahead (``ahead``, the constexpr ``AHEAD``; :func:`_rows_consume_ahead`). Tile by tile, a consumer's tensor pipe idles during its softmax
-unless the other consumer issues (Nsight Compute at 4k: tensor pipe 52%, issue slots 20%).
-Ahead, tile 0's S and dP are issued before the loop, and tile t, after issuing its dV, dK and
-dQ, waits for ring slot t+1 and issues S_{t+1}, waits for dV, dK and dQ only
-(``warpgroup_mma_wait(1)``: S_{t+1} stays in flight), stages the dQ part in shared memory,
-issues dP_{t+1} (into the registers the dQ part leaves) and then the dQ reduction; tile t+1
-starts by waiting for its S and dP. The last tile (no t+1) is peeled. The schedule the brief
-named first, S_{t+1} and dP_{t+1} both issued before the wait for dV, dK and dQ, spills:
-S, dP 64 + dK, dV 128 + dQ 32 = 224 of the 240 registers live across the dQ reduction, and
-ptxas keeps S in local memory (512 B spills unmasked, 516 B causal, C7512: every wgmma
-serialised). With ``OWN_DQ`` (dQ 64 registers) S ahead of the wait spills too (772 B, C7512),
-and S and dP both issued after the staging leave 4 B of spills causal (outside the tile
-loop; 0 B unmasked): not offered.
+S and dP ahead (``ahead``, the constexpr ``AHEAD``; :func:`_rows_consume_ahead`). Tile by tile,
+a consumer's tensor pipe idles during its softmax unless the other consumer issues (Nsight
+Compute at 4k: tensor pipe 52%, issue slots 20%). Ahead, tile 0's S and dP are issued before
+the loop, and tile t, after issuing its dV, dK and dQ, waits for ring slot t+1 and issues
+S_{t+1}, waits for dV, dK and dQ only (``warpgroup_mma_wait(1)``: S_{t+1} stays in flight),
+stages the dQ part in shared memory, issues dP_{t+1} (into the registers the dQ part leaves)
+and then the dQ reduction; tile t+1 starts by waiting for its S and dP. The last tile (no t+1)
+is peeled. The schedule the brief named first, S_{t+1} and dP_{t+1} both issued before the wait
+for dV, dK and dQ, spills: S, dP 64 + dK, dV 128 + dQ 32 = 224 of the 240 registers live across
+the dQ reduction, and ptxas keeps S in local memory (512 B spills unmasked, 516 B causal,
+C7512: every wgmma serialised). With ``OWN_DQ`` (dQ 64 registers) S ahead of the wait spills
+too (772 B, C7512), and S and dP both issued after the staging leave 4 B of spills causal
+(outside the tile loop; 0 B unmasked): not offered.
 
 Offline (same build, ``ahead``; not yet run on a GPU),
 unmasked and causal alike: 0 B of spills (240 registers per consumer; ptxas reports the
