@@ -29,20 +29,12 @@ cannot give more registers to the warps that do the math. This kernel can:
 
 Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
 for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
-instructions touch an accumulator still in flight. ``FLASHTILE_GLUON_BWD_OVERLAP=0``
-(:func:`overlap`, opt-in, the kernel's ``OVERLAP``) takes one tile at a time instead,
-FlashAttention-3's order per warpgroup, the other consumer filling the tensor cores: S^T and
-dP^T, accumulated onto the tile's rows (``-LSE / (scale * log2e)`` and ``-D``, so that
-their registers are free while the products run), wait; P^T and dS^T; dV, dK (and the one
-pass's dQ part, reduced early), wait. Offline (sm_90a, bf16, 1k, d=128, 64 keys x 64 queries
-x 4 slots x 240 registers, which spilled 64-184 B and serialised every wgmma overlapped):
-two passes 0 B of spills unmasked, 16 B causal (outside the tile loop), 4 waits for 48
-HGMMA; the one pass still spills 212-280 B, some inside the tile loop (3 slots: 4 need more
-shared memory than a CTA has). On the H200 (session 22, two alternating rounds, bf16,
-1k/4k/16k, backward kernel sums against the default one pass): one tile at a time at 64 x 32
-costs +14% to +33% (one pass) and +17% to +32% (two passes); at 64 x 64 (two passes) +2% to
-+10%, about what the overlapped two passes at 64 x 32 cost (+2% to +9%): the 64-query tile
-wins back what the lost overlap costs, no more. Not adopted. Nsight Compute read the default
+instructions touch an accumulator still in flight. One tile at a time instead
+(FlashAttention-3's order per warpgroup, S^T and dP^T accumulated onto the rows' -LSE and -D
+so that 64-query tiles fit the registers in two passes) was built in session 21 and measured
+in session 22 (H200, two alternating rounds, backward kernel sums): +14% to +33% at 64 x 32,
+and at 64 x 64 only level with the overlapped two passes; removed after (docs/perf.md,
+session 22; the code is in git history, 31e9a46). Nsight Compute read the default
 kernel at d=128, 4k: tensor pipe 49%, L1/shared 71%, against cuDNN's backward kernel's 64%
 and 69% (2.90 against 2.30 ms): cuDNN does ~1.3x the tensor work per shared-memory byte.
 The transposed N=32 products that read both operands from shared memory are the suspects
@@ -290,34 +282,6 @@ def _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, slot, s_zero, k_cur2, v_cur2, q
 
 
 @gluon.jit
-def _issue_st_dpt_onto(k_cur, v_cur, q_smem, do_smem, slot, st0, dpt0, k_cur2, v_cur2,
-                       q_smem2, do_smem2):
-    """:func:`_issue_st_dpt` onto the accumulators ``st0`` and ``dpt0`` (the tile's rows
-    ``-LSE / (scale * log2e)`` and ``-D``, broadcast over the keys): the products come out as
-    ``S^T - LSE`` and ``dP^T - D``, and the rows' registers are free before they run."""
-    st = warpgroup_mma(k_cur, q_smem.index(slot).permute((1, 0)), st0, is_async=True)
-    if k_cur2 is not None:
-        st = warpgroup_mma(k_cur2, q_smem2.index(slot).permute((1, 0)), st, is_async=True)
-    dpt = warpgroup_mma(v_cur, do_smem.index(slot).permute((1, 0)), dpt0, is_async=True)
-    if k_cur2 is not None:
-        dpt = warpgroup_mma(v_cur2, do_smem2.index(slot).permute((1, 0)), dpt, is_async=True)
-    return st, dpt
-
-
-@gluon.jit
-def _grad_operands_shifted(st, dpt, keys, t, i0, n_i, qk_scale, BLOCK_M: gl.constexpr,
-                           CAUSAL: gl.constexpr, dtype: gl.constexpr, a_layout: gl.constexpr):
-    """:func:`_grad_operands` of products shifted by their rows (:func:`_issue_st_dpt_onto`):
-    ``st`` is ``S^T - LSE / (scale * log2e)``, ``dpt`` is ``dP^T - D``."""
-    pt = gl.exp2(st * qk_scale)
-    if CAUSAL:                                   # key j is seen by query i iff j <= i
-        q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
-        pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
-    dst = (pt * dpt).to(dtype)
-    return gl.convert_layout(pt.to(dtype), a_layout), gl.convert_layout(dst, a_layout), dst
-
-
-@gluon.jit
 def _ds_publish(dst, ds_smem, ds_ready, ds_free, g, HALF: gl.constexpr):
     """One pass: this consumer's dS^T of tile g (``g``: tiles read so far) into its shared
     tile, once both consumers' dQ products of tile g-1 have read the tiles; then announced."""
@@ -393,7 +357,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                   KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
-                  v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr, OVERLAP: gl.constexpr):
+                  v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -454,174 +418,110 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
 
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
-        if OVERLAP:    # (the next tile's S^T and dP^T in flight across dV and dK)
-            mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
-            st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, it % NUM_STAGES, s_zero,
-                                    k_cur2, v_cur2, q_smem2, do_smem2)
-            if w + step < n_work:
-                # The next item's K and V load during this one, into the other buffer once the
-                # previous item's dK and dV have left it. (Issued while tile 0's products run;
-                # placed after the last tile's wait instead, it made ptxas serialise every wgmma.)
-                tma.store_wait(0)
-                _, nrow, ncol, _, _, _, _, _, _, _ = _item(
-                    w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
-                    BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
-                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF + (c + 1) % KV_BUFS,
-                         nrow, ncol, HALF * BLOCK_N, k_desc2, v_desc2, k_smem2, v_smem2)
-            # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
-            # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
-            st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
-            st, dpt = warpgroup_mma_init(st), warpgroup_mma_init(dpt)
-            dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
-            dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
-            if HEAD_D2 > 0:
-                dk2 = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout))
-                dv2 = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout))
-            else:           # (no second part)
-                dk2 = None
-                dv2 = None
-            lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
-                                     n_i, BLOCK_M, col_layout)
-            for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
-                r = it + t
-                if HEAD_D2 > 0:
-                    st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(
-                        0, deps=(st, dpt, dk, dv, dk2, dv2))
-                else:
-                    st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-                if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
-                    mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
-                pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
-                                                    qk_scale, BLOCK_M, CAUSAL, dtype, a_layout)
-                if ONE_PASS:
-                    _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
-                # (the next tile's rows are fetched now, to land while the GEMMs run)
-                lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
-                                         t + 1, i0, n_i, BLOCK_M, col_layout)
-                slot = r % NUM_STAGES
-                dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
-                if HEAD_D2 > 0:
-                    dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot),
-                                        dv2, is_async=True)
-                if ONE_PASS:
-                    dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
-                                    KV_BUFS)
-                dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
-                if HEAD_D2 > 0:
-                    dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot),
-                                        dk2, is_async=True)
-                if ONE_PASS:    # (dV and dQ done; dK may still run)
-                    dqt = warpgroup_mma_wait(1, deps=(dqt,))
-                    _ds_release(ds_free)
-                    if not DQ_LATE:
-                        _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
-                                   sm_scale, HALF, BLOCK_M, HEAD_D)
-                nslot = (r + 1) % NUM_STAGES
-                mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
-                st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
-                                        v_cur2, q_smem2, do_smem2)
-                if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
-                    _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
-                               sm_scale, HALF, BLOCK_M, HEAD_D)
-            t = n_t - 1
+        # (the next tile's S^T and dP^T in flight across dV and dK)
+        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
+        st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, it % NUM_STAGES, s_zero,
+                                k_cur2, v_cur2, q_smem2, do_smem2)
+        if w + step < n_work:
+            # The next item's K and V load during this one, into the other buffer once the
+            # previous item's dK and dV have left it. (Issued while tile 0's products run;
+            # placed after the last tile's wait instead, it made ptxas serialise every wgmma.)
+            tma.store_wait(0)
+            _, nrow, ncol, _, _, _, _, _, _, _ = _item(
+                w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
+                BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
+            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF + (c + 1) % KV_BUFS,
+                     nrow, ncol, HALF * BLOCK_N, k_desc2, v_desc2, k_smem2, v_smem2)
+        # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
+        # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
+        st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
+        st, dpt = warpgroup_mma_init(st), warpgroup_mma_init(dpt)
+        dk = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+        dv = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout))
+        if HEAD_D2 > 0:
+            dk2 = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout))
+            dv2 = warpgroup_mma_init(gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout))
+        else:           # (no second part)
+            dk2 = None
+            dv2 = None
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
+                                 n_i, BLOCK_M, col_layout)
+        for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
             r = it + t
             if HEAD_D2 > 0:
-                st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv, dk2, dv2))
+                st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(
+                    0, deps=(st, dpt, dk, dv, dk2, dv2))
             else:
                 st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-            if t > 0:
+            if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
                 mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
-            pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
-                                                BLOCK_M, CAUSAL, dtype, a_layout)
+            pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
+                                                qk_scale, BLOCK_M, CAUSAL, dtype, a_layout)
             if ONE_PASS:
                 _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
+            # (the next tile's rows are fetched now, to land while the GEMMs run)
+            lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
+                                     t + 1, i0, n_i, BLOCK_M, col_layout)
             slot = r % NUM_STAGES
             dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
             if HEAD_D2 > 0:
-                dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot), dv2,
-                                    is_async=True)
+                dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot),
+                                    dv2, is_async=True)
             if ONE_PASS:
-                dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D, KV_BUFS)
+                dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
+                                KV_BUFS)
             dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
             if HEAD_D2 > 0:
-                dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot), dk2,
-                                    is_async=True)
-            if ONE_PASS:
+                dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot),
+                                    dk2, is_async=True)
+            if ONE_PASS:    # (dV and dQ done; dK may still run)
                 dqt = warpgroup_mma_wait(1, deps=(dqt,))
                 _ds_release(ds_free)
-                _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
-                           sm_scale, HALF, BLOCK_M, HEAD_D)
-            if HEAD_D2 > 0:
-                dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(dk, dv, dk2, dv2))
-            else:
-                dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-            mbarrier.arrive(empty.index(slot), count=1)
-            if ONE_PASS:    # the other consumer's last dQ products have read this one's K
-                mbarrier.wait(ds_free, r & 1)
-        else:
-            # One tile at a time (FlashAttention-3's order per warpgroup): S^T and dP^T, wait;
-            # P^T and dS^T; dV, dK (and the dQ part), wait. Nothing of the next tile is in
-            # flight across dV and dK, so S^T and dP^T are dead while they run; the other
-            # consumer's products fill the tensor cores meanwhile. The next item's K and V
-            # load before the first tile (nothing is in flight there).
-            if w + step < n_work:
-                tma.store_wait(0)
-                _, nrow, ncol, _, _, _, _, _, _, _ = _item(
-                    w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
-                    0, BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
-                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar,
-                         KV_BUFS * HALF + (c + 1) % KV_BUFS, nrow, ncol, HALF * BLOCK_N,
-                         k_desc2, v_desc2, k_smem2, v_smem2)
-            dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)    # (waited for per tile:
-            dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)    # plain tensors)
-            if HEAD_D2 > 0:
-                dk2 = gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout)
-                dv2 = gl.zeros([BLOCK_N, HEAD_D2], gl.float32, g2_layout)
-            else:           # (no second part)
-                dk2 = None
-                dv2 = None
-            rows0 = keys.to(gl.float32) * 0.0
-            for t in range(n_t):
-                r = it + t
-                slot = r % NUM_STAGES
-                lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
-                                         t, i0, n_i, BLOCK_M, col_layout)
-                # (a zero per key row that the compiler cannot fold: every element of the
-                # accumulators a value of its own, so that no copies fill them between the
-                # wgmma groups, where ptxas would wait for S^T before issuing dP^T, C7517)
-                st0 = rows0[:, None] - (lse2 / qk_scale)[None, :]
-                dpt0 = rows0[:, None] - d_row[None, :]
-                mbarrier.wait(ready.index(slot), (r // NUM_STAGES) & 1)
-                st, dpt = _issue_st_dpt_onto(k_cur, v_cur, q_smem, do_smem, slot, st0, dpt0,
-                                             k_cur2, v_cur2, q_smem2, do_smem2)
-                st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
-                pt_op, dst_op, dst = _grad_operands_shifted(st, dpt, keys, t, i0, n_i, qk_scale,
-                                                            BLOCK_M, CAUSAL, dtype, a_layout)
-                if ONE_PASS:
-                    _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
-                dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
-                if HEAD_D2 > 0:
-                    dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout),
-                                        do_smem2.index(slot), dv2, is_async=True)
-                if ONE_PASS:
-                    dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
-                                    KV_BUFS)
-                dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
-                if HEAD_D2 > 0:
-                    dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout),
-                                        q_smem2.index(slot), dk2, is_async=True)
-                if ONE_PASS:    # (dV and dQ done; dK may still run)
-                    dqt = warpgroup_mma_wait(1, deps=(dqt,))
-                    _ds_release(ds_free)
+                if not DQ_LATE:
                     _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                                sm_scale, HALF, BLOCK_M, HEAD_D)
-                if HEAD_D2 > 0:
-                    dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(dk, dv, dk2, dv2))
-                else:
-                    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-                mbarrier.arrive(empty.index(slot), count=1)
-            if ONE_PASS:    # the other consumer's last dQ products have read this one's K
-                mbarrier.wait(ds_free, (it + n_t - 1) & 1)
+            nslot = (r + 1) % NUM_STAGES
+            mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
+            st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
+                                    v_cur2, q_smem2, do_smem2)
+            if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
+                _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                           sm_scale, HALF, BLOCK_M, HEAD_D)
+        t = n_t - 1
+        r = it + t
+        if HEAD_D2 > 0:
+            st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv, dk2, dv2))
+        else:
+            st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+        if t > 0:
+            mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
+        pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
+                                            BLOCK_M, CAUSAL, dtype, a_layout)
+        if ONE_PASS:
+            _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
+        slot = r % NUM_STAGES
+        dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+        if HEAD_D2 > 0:
+            dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot), dv2,
+                                is_async=True)
+        if ONE_PASS:
+            dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D, KV_BUFS)
+        dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+        if HEAD_D2 > 0:
+            dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot), dk2,
+                                is_async=True)
+        if ONE_PASS:
+            dqt = warpgroup_mma_wait(1, deps=(dqt,))
+            _ds_release(ds_free)
+            _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                       sm_scale, HALF, BLOCK_M, HEAD_D)
+        if HEAD_D2 > 0:
+            dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(dk, dv, dk2, dv2))
+        else:
+            dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+        mbarrier.arrive(empty.index(slot), count=1)
+        if ONE_PASS:    # the other consumer's last dQ products have read this one's K
+            mbarrier.wait(ds_free, r & 1)
 
         # This item's K and V are no longer read: their tiles stage dK and dV for the TMA
         # stores (waited for before the buffer is loaded again, or at the end).
@@ -652,8 +552,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
-                        KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0,
-                        OVERLAP: gl.constexpr = True):
+                        KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
@@ -708,14 +607,14 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, OVERLAP)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, OVERLAP)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
@@ -790,18 +689,6 @@ def dq_late(d: int, causal: bool, n_ntiles: int) -> bool:
     return one_pass(d, causal, n_ntiles) == "late" if forced is None else forced
 
 
-def overlap() -> bool:
-    """Whether each consumer keeps the next tile's S^T and dP^T in flight across this tile's
-    dV and dK (the kernel's ``OVERLAP``; the default). ``FLASHTILE_GLUON_BWD_OVERLAP=0``
-    takes one tile at a time instead, FlashAttention-3's order per warpgroup (S^T and dP^T,
-    wait; dV, dK and the one pass's dQ part, wait), which frees S^T's and dP^T's registers
-    while dV and dK run: built for 64 queries per tile at d=128, where the overlapped
-    schedule spills (``_CONFIGS``); its dQ reductions leave early (no ``DQ_LATE``).
-    Measured 2-33% slower (session 22, module docstring), so unset, ``auto`` or ``1``: the
-    overlapped schedule."""
-    return env_forced("FLASHTILE_GLUON_BWD_OVERLAP") is not False
-
-
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     """The one pass's float32 dQ accumulator for q ``(b, sq, hq, d)``: ``(b, sq, hq * d / 64,
     64)``, so that its TMA blocks are one consumer's dQ part (queries x 64 of the head dim);
@@ -854,8 +741,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     causal = fwd_hopper.causal(params)
     if dq_acc is not None and not has_one_pass(d):
         raise ValueError(f"the Gluon dK/dV kernel has no one pass at d={d} (has_one_pass)")
-    ahead = overlap()
-    late = dq_acc is not None and ahead and dq_late(d, causal, n_ntiles)
+    late = dq_acc is not None and dq_late(d, causal, n_ntiles)
     # one pass: a TMA block of the accumulator is one consumer's dQ part (at d=64 half the
     # queries); two passes: a stand-in
     first, second = fwd_hopper.head_parts(d)   # (d=96: 64 + 32 columns, else d + 0)
@@ -881,7 +767,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
-             DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1, OVERLAP=ahead),
+             DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
-        + ("" if dq_acc is None else " +dQ late" if late else " +dQ")
-        + ("" if ahead else " in turn"))
+        + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))
