@@ -164,7 +164,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
+from .bwd_hopper import (_item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add,
+                         reduce_through)
 from .common import env_forced, getenv
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -196,19 +197,14 @@ def _dq_part_reduce(dq, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
     """Tile t's dQ part (64 queries x 64 columns ``HALF``, complete; ``OWN_DQ``: 64 queries x
     all ``HEAD_D`` columns, this consumer's keys' share) leaves as ``sm_scale * dQ`` through
     this consumer's shared tile by a TMA reduction into the fp32 accumulator, once the
-    previous tile's reduction has read the tile (:func:`.bwd_hopper._dq_reduce`,
-    untransposed)."""
+    previous tile's reduction has read the tile (:func:`.bwd_hopper.reduce_through`, as
+    :func:`.bwd_hopper._dq_reduce` but untransposed)."""
     row = q_row0 + (i0 + t % n_i) * BLOCK_M
     if dq.shape[1] == HEAD_D:       # (OWN_DQ: the whole head dim, the other's keys added in L2)
         col = q_col0 + (t // n_i) * HEAD_D
     else:
         col = q_col0 + (t // n_i) * HEAD_D + HALF * 64
-    tma.store_wait(0)
-    gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
-    dq_smem.store(dq * sm_scale)
-    fence_async_shared()
-    gl.thread_barrier()
-    _tma_reduce_add(dq_desc, [row, col], dq_smem)
+    reduce_through(dq, sm_scale, dq_smem, dq_smem, dq_desc, row, col)
 
 
 @gluon.jit
