@@ -21,25 +21,14 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-def _schedule(monkeypatch, schedule: str) -> None:
-    """The rows kernel switched on (as by default) with ``schedule``
-    (:data:`bwdrows_hopper.SCHEDULES`)."""
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", schedule)
-
-
-@pytest.mark.parametrize("schedule", bwdrows_hopper.SCHEDULES)
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
-def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
+def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
     dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
-    4 query tiles per head, and one item of 2 query tiles: the skewed loop's one pass; causal
-    and not), in every schedule (``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE``: tile by tile, dQ one
-    tile late, each consumer's dQ over its own keys with the two parts added in the
-    accumulator, the next tile's S and dP issued within the tile with the last tile
-    peeled): all three gradients within budget, one launch, of the rows kernel (labelled
-    with its schedule), and no dQ kernel."""
-    _schedule(monkeypatch, schedule)
+    4 query tiles per head, and one item of 2 query tiles: one tile in the loop, the other
+    peeled; causal and not): all three gradients within budget, one launch, of the rows
+    kernel, and no dQ kernel."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
     dq_calls = []
@@ -51,31 +40,29 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype, schedule):
     ((kernel, grid, meta, label),) = [(x[1], x[2], x[5], x[8]) for x in launches
                                       if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel, label
-    assert label.startswith("gluon rows") and meta["CAUSAL"] == causal
-    assert label.endswith("+dQ" if schedule == "tiles" else f" {schedule}"), label
+    assert label == "gluon rows 128x64/2s +dQ" and meta["CAUSAL"] == causal
     assert grid == (b * hkv * s // 128,)
 
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("schedule", bwdrows_hopper.SCHEDULES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, schedule):
-    """One query tile per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
-    seqlen_k; GQA 2:1: two tiles per item, one per query head): the skewed schedule's peeled
-    first tile and the dQ after its loop alone, the tile-by-tile one, the own-dQ one and the
-    one with S and dP ahead (one tile in its loop, the other peeled), within budget."""
-    shape = (1, 64, 2, 1, 128)
-    _schedule(monkeypatch, schedule)
+def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
+    """Few query tiles per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
+    seqlen_k): GQA 2:1, two tiles per item, one per query head (one tile in the loop, the
+    other peeled); MHA, one tile per item (the loop empty, the peeled tile alone): within
+    budget."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
     launches = gluon_launches(monkeypatch, full=True)
-    b, s, hq, hkv, d = shape
-    check(b, s, 2 * s, hq, hkv, d, d, dtype)
-    assert len(gluon_calls) == 1
-    ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["SKEW"] == (schedule == "skew")
-    assert meta["OWN_DQ"] == (schedule == "own-dq") and meta["AHEAD"] == (schedule == "ahead")
+    for hq in (2, 1):
+        check(1, 64, 128, hq, 1, 128, 128, dtype)
+        assert len(gluon_calls) == 1
+        gluon_calls.clear()
+        (kernel,) = [x[1] for x in launches if x[7] == "dkdv"]
+        launches.clear()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel, hq
 
 
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
@@ -96,7 +83,6 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     is one of the plan keys' options. Runs on the CPU: the launches are captured, not
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
@@ -121,8 +107,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and role == "dkdv"
         assert label == "gluon rows 128x64/2s +dQ"
         assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
-        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal and meta["SKEW"] is False
-        assert meta["OWN_DQ"] is False and meta["AHEAD"] is False
+        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
         assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
         assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
@@ -141,55 +126,3 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS must be 0, 1 or 'auto'"):
         launched()
     launched(one_pass=False)       # (two passes never read it)
-
-
-@pytest.mark.parametrize("schedule", bwdrows_hopper.SCHEDULES)
-def test_rows_schedule_reaches_the_launch(monkeypatch, schedule):
-    """``FLASHTILE_GLUON_BWD_ROWS_SCHEDULE``: each schedule launches the rows kernel with its
-    constexpr (``SKEW``, ``OWN_DQ``, ``AHEAD``; none for ``tiles``, also what unset, empty
-    and ``auto`` give) and a label that names it, causal and not; ``own-dq`` with the dQ
-    accumulator in 64 x 128 TMA blocks (64 x 64 otherwise); anything else is refused before
-    a launch; with ``FLASHTILE_GLUON_BWD_ROWS=0`` nothing goes to the rows kernel. One of the
-    plan keys' options. Runs on the CPU: the launches are captured, not made."""
-    assert "FLASHTILE_GLUON_BWD_ROWS_SCHEDULE" in common.GLUON_OPTIONS["bwd_hopper"]
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
-    launches = gluon_launches(monkeypatch, run=False, full=True)
-
-    def launched(causal=False):
-        q, k, v, dout, params = _call(causal=causal)
-        lse = dsum = torch.zeros(2, 4, 1024)
-        dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q))
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=dq_acc)
-        (launch,) = launches
-        launches.clear()
-        assert launch[3][-1][0] is dq_acc
-        return launch[1], launch[5], launch[8], launch[3][-1][1]
-
-    flags = {"SKEW": "skew", "OWN_DQ": "own-dq", "AHEAD": "ahead"}
-    values = (None, "", "auto", "tiles") if schedule == "tiles" else (schedule,)
-    for value in values:
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", raising=False)
-        else:
-            _schedule(monkeypatch, value)
-        assert bwdrows_hopper.schedule() == schedule
-        for causal in (False, True):
-            kernel, meta, label, dq_tile = launched(causal)
-            assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["CAUSAL"] == causal
-            assert {flag: meta[flag] for flag in flags} == \
-                {flag: name == schedule for flag, name in flags.items()}, meta
-            assert label == "gluon rows 128x64/2s +dQ" + ("" if schedule == "tiles"
-                                                           else f" {schedule}")
-            assert dq_tile == ((64, 128) if schedule == "own-dq" else (64, 64))
-    for value in ("1", "own", "SKEW", "tiles,ahead"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_SCHEDULE", value)
-        with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_SCHEDULE must be"):
-            launched()
-    assert launches == []
-    _schedule(monkeypatch, schedule)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
-    kernel, meta, _, _ = launched()
-    assert kernel is bwd_hopper._dkdv_hopper_kernel and "SKEW" not in meta

@@ -105,14 +105,13 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 
 
 # Further variables a Gluon kernel's launch reads (for plan keys): the grids, the causal
-# orders, the forward's first softmax and P operand, and the one-pass dQ's schedule.
+# orders, the forward's first softmax and P operand, and the one-pass dQ's schedule and kernel.
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_EARLY_S1",
                                 "FLASHTILE_GLUON_FWD_P_REGS"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE",
-                                "FLASHTILE_GLUON_BWD_ROWS",
-                                "FLASHTILE_GLUON_BWD_ROWS_SCHEDULE"),
+                                "FLASHTILE_GLUON_BWD_ROWS"),
                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
                                    "FLASHTILE_GLUON_BWD256_GROUP"),
                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256_GROUP",)}
