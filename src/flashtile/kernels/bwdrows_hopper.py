@@ -108,20 +108,23 @@ def _tile_layout(rows, cols, dtype):
 
 
 @gluon.jit
-def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
+def _scores(s, dp, keys, q_pos, masked, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
             dtype: gl.constexpr):
     """P and dS of one tile (queries as rows) in ``dtype``, from S and dP ``(queries,
-    keys)`` fp32 and the tile's rows LSE (log2 domain) and D."""
+    keys)`` fp32 and the tile's rows LSE (log2 domain) and D; ``masked``: whether the tile
+    reaches the causal diagonal (only those pay for the mask)."""
     p = gl.exp2(s * qk_scale - lse2[:, None])
-    if CAUSAL:                                   # key j is seen by query i iff j <= i
-        p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
+    if CAUSAL:
+        if masked:                               # key j is seen by query i iff j <= i
+            p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
     ds = p * (dp - d_row[:, None])
     return p.to(dtype), ds.to(dtype)
 
 
 @gluon.jit
 def _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_buf,
-          ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero,
+          ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, key_end,
+          s_zero,
           dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
           HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
           NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, LAST: gl.constexpr):
@@ -145,9 +148,12 @@ def _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds
     do_tile = do_smem.index(slot)
     lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
                              n_i, BLOCK_M, row_layout)
-    q_pos = (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    q0 = (i0 + t % n_i) * BLOCK_M
+    q_pos = q0 + gl.arange(0, BLOCK_M, layout=row_layout)
     s, dp = warpgroup_mma_wait(0, deps=(s, dp))
-    p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
+    # (causal: the tile's first query before this consumer's last key; the item's first one
+    # or two query tiles of each head)
+    p, ds = _scores(s, dp, keys, q_pos, q0 < key_end, lse2, d_row, qk_scale, CAUSAL, dtype)
     # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
     # the dS tiles (this one's own dV and dK of t-1, the P tile's reader, are done)
     mbarrier.wait(ds_free, (t & 1) ^ 1)
@@ -218,6 +224,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     dq_buf = dq_smem.index(HALF)
 
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    key_end = n0 + (HALF + 1) * BLOCK_N         # (past this consumer's last key)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     dq_zero = gl.zeros([BLOCK_M, 64], gl.float32, s_layout)
     dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
@@ -230,13 +237,13 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     for t in range(n_t - 1):
         dk, dv, s, dp = _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
                               p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE,
-                              DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0, n_i,
-                              q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
-                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
+                              DSUM, stride_lse_h, stride_d_h, keys, key_end, s_zero, dq_zero,
+                              i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
+                              HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
     dk, dv, s, dp = _tile(n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
                           p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM,
-                          stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0,
-                          q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_M,
+                          stride_lse_h, stride_d_h, keys, key_end, s_zero, dq_zero, i0, n_i,
+                          q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_M,
                           HEAD_D, NUM_STAGES, CAUSAL, True)
     # the other consumer's last dQ products have read this one's K: K and V stage dK and dV
     mbarrier.wait(ds_free, (n_t - 1) & 1)
