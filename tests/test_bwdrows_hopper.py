@@ -65,6 +65,24 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
         assert kernel is bwdrows_hopper._dkdv_rows_kernel, hq
 
 
+@gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128)])
+def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_PERSISTENT=1``: one program per SM, each taking several work
+    items in turn (512 items of MHA, 256 of GQA 4:1, causal ones of unequal length), with
+    the next item's K and V loaded while dK and dV leave: all three gradients within
+    budget, one launch of the rows kernel on fewer programs than items."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    launches = gluon_launches(monkeypatch, full=True)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    ((kernel, grid),) = [(x[1], x[2]) for x in launches if x[7] == "dkdv"]
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel
+    assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
+
+
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
     """q, k, v, dout ``(2, sq, 4, d)`` / k, v ``(2, 1024, 2, d)`` bf16 on the CPU, and the
     call's params."""
@@ -77,9 +95,10 @@ def _call(d: int = 128, sq: int = 1024, causal: bool = False):
 def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     """``FLASHTILE_GLUON_BWD_ROWS``: unset, ``auto`` and ``1`` send
     :func:`bwd_hopper.dkdv`'s one pass at d=128 (causal and not) to the rows kernel: 64
-    queries x 2 slots, one program per item, the dQ accumulator in 64 x 64 blocks; two
-    passes, d=64, query lengths that are not multiples of 64 and a forced persistent grid
-    keep :mod:`.bwd_hopper`'s kernel, as does ``0``; anything else is refused. The variable
+    queries x 2 slots, one program per item (one per SM with
+    ``FLASHTILE_GLUON_BWD_PERSISTENT=1``), the dQ accumulator in 64 x 64 blocks; two passes,
+    d=64 and query lengths that are not multiples of 64 keep :mod:`.bwd_hopper`'s kernel, as
+    does ``0``; anything else is refused. The variable
     is one of the plan keys' options. Runs on the CPU: the launches are captured, not
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
@@ -114,9 +133,14 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     for case in (dict(one_pass=False), dict(d=64), dict(sq=1056)):
         (_, kernel, *_), _ = launched(**case)
         assert kernel is bwd_hopper._dkdv_hopper_kernel, case
+    # (one program per SM: the H200's 132 off a GPU; 32 items here, so one each)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
-    (_, kernel, *_), _ = launched()
-    assert kernel is bwd_hopper._dkdv_hopper_kernel
+    (_, kernel, grid, *_), _ = launched()
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel
+    assert grid == (min(2 * 2 * 1024 // 128, common.sm_count(torch.device("cpu"))),)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "0")
+    (_, kernel, grid, *_), _ = launched()
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (2 * 2 * 1024 // 128,)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     (_, kernel, *_), _ = launched()

@@ -38,18 +38,21 @@ Notation (per CTA: one work item, 128 keys of one KV head, :func:`.bwd_hopper._i
      before the loop; the last tile (no j+1) is peeled. So the tensor pipe has this
      consumer's next products while it waits and stages, not only the other consumer's.
 
-  At the end dK (times the softmax scale) and dV leave through the K and V tiles by TMA,
-  once the other consumer's last dQ products have read this one's K.
+  At the end, once the other consumer's last dQ products have read this one's K, the K and
+  V tiles take the next item's load (a persistent grid, below), and dK (times the softmax
+  scale) and dV leave by TMA through the dQ staging tile (64 x 64 fp32, reinterpreted as
+  64 x 128 fp16/bf16) and a dV staging tile.
 
-One program per item (no persistent grid: ``FLASHTILE_GLUON_BWD_PERSISTENT=1`` sends the call
-to :mod:`.bwd_hopper`'s kernel, which has one),
-the causal order of :func:`.bwd_hopper._item` with chunks of 1 (``GROUP`` as
-:mod:`.bwd_hopper` chooses it). Registers per consumer thread (240): dK, dV 64 + 64, S, dP
-32 + 32, the dQ part 32. S, dP, dK, dV and dQ all live at once would need 224 of them: with
-``S_{j+1}`` and ``dP_{j+1}`` both issued before the wait for tile j's products, ptxas spilled
-S (512 B unmasked, 516 B causal) and serialised every wgmma (C7512); hence dP after the
-staging. Shared memory at d=128: K, V 64 KB, the ring 2 x 32 KB, P, dS 32 KB, the dQ staging
-32 KB: 192 KB (+ barriers).
+One program per item by default; ``FLASHTILE_GLUON_BWD_PERSISTENT=1`` launches one per SM,
+each taking items ``program_id``, ``+ num_programs``, ... (the loader's ring and the
+barriers' phases counted across them), so that an item's dK/dV epilogue overlaps the next
+item's K/V and Q/dO loads. The causal order of :func:`.bwd_hopper._item` with chunks of 1
+(``GROUP`` as :mod:`.bwd_hopper` chooses it). Registers per consumer thread (240): dK, dV
+64 + 64, S, dP 32 + 32, the dQ part 32. S, dP, dK, dV and dQ all live at once would need
+224 of them: with ``S_{j+1}`` and ``dP_{j+1}`` both issued before the wait for tile j's
+products, ptxas spilled S (512 B unmasked, 516 B causal) and serialised every wgmma
+(C7512); hence dP after the staging. Shared memory at d=128: K, V 64 KB, the ring 2 x 32
+KB, P, dS 32 KB, the dQ staging 32 KB, the dV staging 32 KB: 224 KB (+ barriers).
 
 The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` keeps
 :mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
@@ -60,12 +63,14 @@ consumer's dQ part would be 64 queries x 32 columns, not the accumulator's 64-co
 blocks (and an M=32 wgmma does not exist).
 
 Offline (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
---gluon --one-pass --d 128 [--causal]``), unmasked and causal alike: 0 B of spills
-(consumers at 240 registers by ``setmaxnreg``; ptxas reports the kernel's 168), 197,024 B of
-shared memory, 128 HGMMA (per consumer and tile: S 8, dP 8, dV 4, dK 4, dQ 2 x 4; the loop
-and the peeled last tile) for 8 wgmma waits, no C75xx warning. A first version held the
-shared tiles' wgmma descriptors as loop invariants and spilled 284 B inside the tile loop
-(see the opaque zero in :func:`_tile`).
+--gluon --one-pass --d 128 [--causal]``): 0 B of spills unmasked, 4 B causal (one value
+across the item loop, outside the tile loop; consumers at 240 registers by ``setmaxnreg``;
+ptxas reports the kernel's 168), 229,808 B of shared memory, 128 HGMMA (per consumer and
+tile: S 8, dP 8, dV 4, dK 4, dQ 2 x 4; the loop and the peeled last tile) for 8 wgmma
+waits, no C75xx warning. A first version held the shared tiles' wgmma descriptors as loop
+invariants and spilled 284 B inside the tile loop, and the item loop did the same with
+tile 0's K and V descriptors (344 B): see the opaque zeros in :func:`_tile` and
+:func:`_rows_consume`.
 
 On the H200 (bf16, 16k tokens, backward kernel sums, two alternating rounds each):
 
@@ -122,24 +127,24 @@ def _scores(s, dp, keys, q_pos, masked, lse2, d_row, qk_scale, CAUSAL: gl.conste
 
 
 @gluon.jit
-def _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem, dq_buf,
-          ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, key_end,
-          s_zero,
-          dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
-          HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+          dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
+          key_end, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
+          sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
           NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, LAST: gl.constexpr):
-    """Tile t of consumer ``HALF`` from its S and dP in flight (steps 2-6 of the module
-    docstring): wait for them, P and dS, issue dV, dK and dQ; then (not ``LAST``) S of tile
-    t+1 before the wait for dV, dK and dQ (one group stays in flight), and dP of tile t+1
-    once the dQ part is staged in shared memory, before the dQ reduction. Returns dK, dV and
-    tile t+1's S, dP (in flight; ``LAST``: tile t's, spent)."""
+    """Tile t of the work item (the program's tile r, counted across its items: the ring's
+    slot and the barriers' phases) for consumer ``HALF``, from its S and dP in flight (steps
+    2-6 of the module docstring): wait for them, P and dS, issue dV, dK and dQ; then (not
+    ``LAST``) S of tile t+1 before the wait for dV, dK and dQ (one group stays in flight), and
+    dP of tile t+1 once the dQ part is staged in shared memory, before the dQ reduction.
+    Returns dK, dV and tile t+1's S, dP (in flight; ``LAST``: tile t's, spent)."""
     row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
     dtype: gl.constexpr = q_smem.dtype
-    slot = t % NUM_STAGES
+    slot = r % NUM_STAGES
     # The shared tiles' wgmma descriptors are loop invariants: hoisted, the 40 of them (K, V,
     # P, dS, K's dQ columns; 64 bits each) overflow the uniform registers and spill. Indexed
-    # by an opaque zero of the loop (t < 2^30), they are made per tile.
-    z = t >> 30
+    # by an opaque zero of the loops (r < 2^30), they are made per tile.
+    z = r >> 30
     k_cur = k_smem.index(HALF + z)
     v_cur = v_smem.index(HALF + z)
     p_buf = p_smem.index(HALF + z)
@@ -156,7 +161,7 @@ def _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds
     p, ds = _scores(s, dp, keys, q_pos, q0 < key_end, lse2, d_row, qk_scale, CAUSAL, dtype)
     # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
     # the dS tiles (this one's own dV and dK of t-1, the P tile's reader, are done)
-    mbarrier.wait(ds_free, (t & 1) ^ 1)
+    mbarrier.wait(ds_free, (r & 1) ^ 1)
     p_buf.store(p)
     ds_buf.store(ds)
     fence_async_shared()
@@ -164,19 +169,19 @@ def _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds
     mbarrier.arrive(ds_ready, count=1)
     dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
     dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
-    mbarrier.wait(ds_ready, t & 1)                  # (the other consumer's dS half)
+    mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
     # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
     k0_part = k_smem.index(z).slice(HALF * 64, 64, dim=1)
     k1_part = k_smem.index(1 + z).slice(HALF * 64, 64, dim=1)
     dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
     dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
-    next_slot = (t + 1) % NUM_STAGES
+    next_slot = (r + 1) % NUM_STAGES
     if LAST:
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
     else:
         # S of tile t+1 into the tensor pipe behind this tile's products (dP too would spill:
         # module docstring)
-        mbarrier.wait(ready.index(next_slot), ((t + 1) // NUM_STAGES) & 1)
+        mbarrier.wait(ready.index(next_slot), ((r + 1) // NUM_STAGES) & 1)
         s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
                           use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
@@ -201,70 +206,96 @@ def _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds
 
 @gluon.jit
 def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar, q_smem,
-                  do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty, LSE,
-                  DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles,
-                  nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                  do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free, ready, empty,
+                  LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
+                  n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr):
-    """Consumer partition (one warpgroup): its program's work item, dK and dV of the keys'
-    half ``HALF`` and the dQ columns' half ``HALF`` of every query tile; tile 0's S and dP
-    before the loop, each tile issuing the next one's (:func:`_tile`), the last tile
-    peeled."""
+    """Consumer partition (one warpgroup): for each of its program's work items
+    (``program_id``, ``+ num_programs``, ...), dK and dV of the keys' half ``HALF`` and the dQ
+    columns' half ``HALF`` of every query tile; tile 0's S and dP before the loop, each tile
+    issuing the next one's (:func:`_tile`), the last tile peeled. The next item's K and V
+    are loaded as soon as this one's last readers are done, before dK and dV leave."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
-    w = gl.program_id(0)
-    n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
-        w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
-        stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+    dtype: gl.constexpr = k_desc.dtype
+    first = gl.program_id(0)
+    step = gl.num_programs(0)
+    _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
+        first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
+        BLOCK_M, HEAD_D, CAUSAL, GROUP)
     _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
              None, None, None, None)
-    mbarrier.wait(kv_bar.index(HALF), 0)
-    mbarrier.wait(kv_bar.index(1 - HALF), 0)        # (the other K: read by the dQ products)
     dq_buf = dq_smem.index(HALF)
-
-    keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    key_end = n0 + (HALF + 1) * BLOCK_N         # (past this consumer's last key)
+    # (dK leaves through the dQ staging tile, 64 x 64 fp32 = 64 x 128 fp16/bf16, so that the
+    # K and V tiles can take the next item's load meanwhile)
+    dk_buf = dq_buf._reinterpret(dtype, [BLOCK_N, HEAD_D], dk_desc.layout)
+    dv_buf = dv_stage.index(HALF)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     dq_zero = gl.zeros([BLOCK_M, 64], gl.float32, s_layout)
-    dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-    dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-    mbarrier.wait(ready.index(0), 0)                # (tile 0's S and dP, before the loop)
-    s = warpgroup_mma(q_smem.index(0), k_smem.index(HALF).permute((1, 0)), s_zero,
-                      use_acc=False, is_async=True)
-    dp = warpgroup_mma(do_smem.index(0), v_smem.index(HALF).permute((1, 0)), s_zero,
-                       use_acc=False, is_async=True)
-    for t in range(n_t - 1):
-        dk, dv, s, dp = _tile(t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
-                              p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE,
-                              DSUM, stride_lse_h, stride_d_h, keys, key_end, s_zero, dq_zero,
-                              i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
-                              HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
-    dk, dv, s, dp = _tile(n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
-                          p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM,
-                          stride_lse_h, stride_d_h, keys, key_end, s_zero, dq_zero, i0, n_i,
-                          q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_M,
-                          HEAD_D, NUM_STAGES, CAUSAL, True)
-    # the other consumer's last dQ products have read this one's K: K and V stage dK and dV
-    mbarrier.wait(ds_free, (n_t - 1) & 1)
-    _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem, v_smem, kv_row0, kv_col, sm_scale, HALF,
-              BLOCK_N)
+    it = 0                          # (tiles of the earlier items: ring slots, phases)
+    done = 0                        # (items before this one: the K/V barriers' phase)
+    for w in range(first, n_work, step):
+        n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
+            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        mbarrier.wait(kv_bar.index(HALF), done & 1)
+        mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by dQ products)
+        keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        key_end = n0 + (HALF + 1) * BLOCK_N     # (past this consumer's last key)
+        dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
+        dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
+        slot = it % NUM_STAGES                  # (tile 0's S and dP, before the loop)
+        z = it >> 30                            # (opaque zero: see :func:`_tile`)
+        mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
+        s = warpgroup_mma(q_smem.index(slot), k_smem.index(HALF + z).permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
+        dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+        for t in range(n_t - 1):
+            dk, dv, s, dp = _tile(it + t, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+                                  do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready,
+                                  empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, key_end,
+                                  s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
+                                  qk_scale, sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES,
+                                  CAUSAL, False)
+        last = it + n_t - 1
+        dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+                              do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
+                              LSE, DSUM, stride_lse_h, stride_d_h, keys, key_end, s_zero,
+                              dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
+                              sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
+        # the other consumer's last dQ products have read this one's K (its own products are
+        # done): the K and V tiles take the next item's
+        mbarrier.wait(ds_free, last & 1)
+        if w + step < n_work:
+            _, next_row, next_col, _, _, _, _, _, _, _ = _item(
+                w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
+                BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row, next_col,
+                     HALF * BLOCK_N, None, None, None, None)
+        _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale, HALF,
+                  BLOCK_N)
+        it += n_t
+        done += 1
 
 
 @gluon.jit
-def _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem, v_smem, kv_row0, kv_col, sm_scale,
+def _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale,
               HALF: gl.constexpr, BLOCK_N: gl.constexpr):
-    """dK (times ``sm_scale``) and dV of the keys' half ``HALF`` out by TMA through its K and V
-    tiles (the caller has seen the other consumer's last dQ products, K's last readers, done)."""
+    """dK (times ``sm_scale``) and dV of the keys' half ``HALF`` out by TMA through the
+    staging tiles ``dk_buf`` (the dQ staging tile, once its last reduction has read it) and
+    ``dv_buf``."""
     dtype: gl.constexpr = dk_desc.dtype
-    k_cur = k_smem.index(HALF)
-    v_cur = v_smem.index(HALF)
-    k_cur.store((dk * sm_scale).to(dtype))
-    v_cur.store(dv.to(dtype))
+    tma.store_wait(0)
+    gl.thread_barrier()             # (the wait is the issuing thread's: all others wait for it)
+    dk_buf.store((dk * sm_scale).to(dtype))
+    dv_buf.store(dv.to(dtype))
     fence_async_shared()
     gl.thread_barrier()
-    tma.async_copy_shared_to_global(dk_desc, [kv_row0 + HALF * BLOCK_N, kv_col], k_cur)
-    tma.async_copy_shared_to_global(dv_desc, [kv_row0 + HALF * BLOCK_N, kv_col], v_cur)
+    tma.async_copy_shared_to_global(dk_desc, [kv_row0 + HALF * BLOCK_N, kv_col], dk_buf)
+    tma.async_copy_shared_to_global(dv_desc, [kv_row0 + HALF * BLOCK_N, kv_col], dv_buf)
     tma.store_wait(0)
 
 
@@ -275,7 +306,8 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
-    # One program per work item (n_work programs): 2 * BLOCK_N keys of one (batch, KV head).
+    # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
+    # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], v_desc.layout)
@@ -286,6 +318,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N],
                                         _tile_layout(BLOCK_M, BLOCK_N, dtype))
     dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, 64], dq_desc.layout)
+    dv_stage = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], dv_desc.layout)
     kv_bar = fwd_hopper.barriers(2, 1)
     ready = fwd_hopper.barriers(NUM_STAGES, 1)
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
@@ -298,15 +331,17 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
     # passes the constexprs of a concatenated tuple on as tensors)
     gl.warp_specialize([
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
-                         q_smem, do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready,
-                         empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
-                         n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
-                         sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
+                         q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
+                         ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
+                         stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                         qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
+                         GROUP)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
-                         q_smem, do_smem, p_smem, ds_smem, dq_smem, ds_ready, ds_free, ready,
-                         empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
-                         n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale,
-                         sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
+                         q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
+                         ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
+                         stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                         qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
+                         GROUP)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
@@ -322,10 +357,9 @@ def enabled() -> bool:
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether a one-pass call that :mod:`.bwd_hopper` covers runs here: not switched off
-    (:func:`enabled`), no persistent grid forced (``FLASHTILE_GLUON_BWD_PERSISTENT=1``), a
-    head dim with a config (d=128), and lengths that are multiples of
+    (:func:`enabled`), a head dim with a config (d=128), and lengths that are multiples of
     this kernel's tiles (64 queries; 128 keys, as :mod:`.bwd_hopper`'s at d=128)."""
-    if not enabled() or env_forced("FLASHTILE_GLUON_BWD_PERSISTENT") is True:
+    if not enabled():
         return False
     d = q.shape[3]
     if d not in _CONFIGS:
@@ -348,8 +382,10 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     # (the dQ accumulator's TMA blocks: a consumer's part, 64 columns)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, 64)))
+    # (one program per item unless FLASHTILE_GLUON_BWD_PERSISTENT=1 asks for one per SM)
+    grid = (fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", False),)
     plans.gluon_launch(
-        record, _dkdv_rows_kernel, (n_work,), tiles,
+        record, _dkdv_rows_kernel, grid, tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,
          hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
