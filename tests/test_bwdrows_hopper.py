@@ -65,6 +65,36 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
         assert kernel is bwdrows_hopper._dkdv_rows_kernel, hq
 
 
+def test_rows_grid_rule(monkeypatch):
+    """The rows kernel's grid (:func:`bwdrows_hopper.persistent`): with more items than SMs
+    (256 here; the H200's 132 SMs off a GPU), one program per SM unmasked (``PERSISTENT``:
+    the next item's K/V load overlaps dK/dV's staging tiles; labelled so), one per item
+    causal; ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. Runs on the CPU: the
+    launches are captured, not made."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    sms = common.sm_count(torch.device("cpu"))
+    q = torch.randn(2, 4096, 8, 128, dtype=torch.bfloat16)
+    k = torch.randn(2, 4096, 4, 128, dtype=torch.bfloat16)
+    n_work = 2 * 4 * 4096 // 128
+    assert n_work > sms
+    for value, causal, expect in ((None, False, sms), (None, True, n_work), ("0", False, n_work),
+                                  ("1", True, sms), ("auto", False, sms)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", value)
+        params, _ = _flash_params(q, k, k, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        lse = dsum = torch.zeros(2, 8, 4096)
+        bwd_hopper.dkdv(q, k, k, q, lse, dsum, torch.empty_like(k), torch.empty_like(k),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+        ((_, kernel, grid, _, _, meta, _, _, label),) = launches
+        launches.clear()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (expect,), (value, causal)
+        assert meta["PERSISTENT"] == (expect == sms) == label.endswith(" persistent"), label
+
+
 @gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128)])
 def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_PERSISTENT=1``: one program per SM, each taking several work
@@ -78,8 +108,8 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
-    ((kernel, grid),) = [(x[1], x[2]) for x in launches if x[7] == "dkdv"]
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel
+    ((kernel, grid, meta),) = [(x[1], x[2], x[5]) for x in launches if x[7] == "dkdv"]
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["PERSISTENT"]
     assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
 
 
@@ -95,10 +125,9 @@ def _call(d: int = 128, sq: int = 1024, causal: bool = False):
 def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     """``FLASHTILE_GLUON_BWD_ROWS``: unset, ``auto`` and ``1`` send
     :func:`bwd_hopper.dkdv`'s one pass at d=128 (causal and not) to the rows kernel: 64
-    queries x 2 slots, one program per item (one per SM with
-    ``FLASHTILE_GLUON_BWD_PERSISTENT=1``), the dQ accumulator in 64 x 64 blocks; two passes,
-    d=64 and query lengths that are not multiples of 64 keep :mod:`.bwd_hopper`'s kernel, as
-    does ``0``; anything else is refused. The variable
+    queries x 2 slots, one program per item (32 items: fewer than SMs), the dQ accumulator
+    in 64 x 64 blocks; two passes, d=64 and query lengths that are not multiples of 64 keep
+    :mod:`.bwd_hopper`'s kernel, as does ``0``; anything else is refused. The variable
     is one of the plan keys' options. Runs on the CPU: the launches are captured, not
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
@@ -126,22 +155,13 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and role == "dkdv"
         assert label == "gluon rows 128x64/2s +dQ"
         assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
-        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal
+        assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal and not meta["PERSISTENT"]
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
         assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
         assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
     for case in (dict(one_pass=False), dict(d=64), dict(sq=1056)):
         (_, kernel, *_), _ = launched(**case)
         assert kernel is bwd_hopper._dkdv_hopper_kernel, case
-    # (one program per SM: the H200's 132 off a GPU; 32 items here, so one each)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
-    (_, kernel, grid, *_), _ = launched()
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel
-    assert grid == (min(2 * 2 * 1024 // 128, common.sm_count(torch.device("cpu"))),)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "0")
-    (_, kernel, grid, *_), _ = launched()
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (2 * 2 * 1024 // 128,)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     (_, kernel, *_), _ = launched()
     assert kernel is bwd_hopper._dkdv_hopper_kernel
