@@ -38,21 +38,23 @@ Notation (per CTA: one work item, 128 keys of one KV head, :func:`.bwd_hopper._i
      before the loop; the last tile (no j+1) is peeled. So the tensor pipe has this
      consumer's next products while it waits and stages, not only the other consumer's.
 
-  At the end, once the other consumer's last dQ products have read this one's K, the K and
-  V tiles take the next item's load (a persistent grid, below), and dK (times the softmax
-  scale) and dV leave by TMA through the dQ staging tile (64 x 64 fp32, reinterpreted as
-  64 x 128 fp16/bf16) and a dV staging tile.
+  At the end, once the other consumer's last dQ products have read this one's K, dK (times
+  the softmax scale) and dV leave by TMA through the K and V tiles, or, in a persistent
+  grid (below), through the dQ staging tile (64 x 64 fp32, reinterpreted as 64 x 128
+  fp16/bf16) and a dV staging tile while the K and V tiles take the next item's load.
 
-One program per item by default; ``FLASHTILE_GLUON_BWD_PERSISTENT=1`` launches one per SM,
-each taking items ``program_id``, ``+ num_programs``, ... (the loader's ring and the
-barriers' phases counted across them), so that an item's dK/dV epilogue overlaps the next
-item's K/V and Q/dO loads. The causal order of :func:`.bwd_hopper._item` with chunks of 1
+The grid (:func:`persistent`): unmasked, one program per SM, each taking items
+``program_id``, ``+ num_programs``, ... (the loader's ring and the barriers' phases counted
+across them), so that an item's dK/dV epilogue overlaps the next item's K/V and Q/dO loads;
+causal, one program per item (dK and dV leave through the K and V tiles; no dV staging
+tile: 197,024 B). ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. The causal order of :func:`.bwd_hopper._item` with chunks of 1
 (``GROUP`` as :mod:`.bwd_hopper` chooses it). Registers per consumer thread (240): dK, dV
 64 + 64, S, dP 32 + 32, the dQ part 32. S, dP, dK, dV and dQ all live at once would need
 224 of them: with ``S_{j+1}`` and ``dP_{j+1}`` both issued before the wait for tile j's
 products, ptxas spilled S (512 B unmasked, 516 B causal) and serialised every wgmma
 (C7512); hence dP after the staging. Shared memory at d=128: K, V 64 KB, the ring 2 x 32
-KB, P, dS 32 KB, the dQ staging 32 KB, the dV staging 32 KB: 224 KB (+ barriers).
+KB, P, dS 32 KB, the dQ staging 32 KB: 192 KB (+ barriers); persistent, the dV staging
+32 KB more.
 
 The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` keeps
 :mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
@@ -63,9 +65,9 @@ consumer's dQ part would be 64 queries x 32 columns, not the accumulator's 64-co
 blocks (and an M=32 wgmma does not exist).
 
 Offline (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
---gluon --one-pass --d 128 [--causal]``): 0 B of spills unmasked, 4 B causal (one value
-across the item loop, outside the tile loop; consumers at 240 registers by ``setmaxnreg``;
-ptxas reports the kernel's 168), 229,808 B of shared memory, 128 HGMMA (per consumer and
+--gluon --one-pass --d 128 [--causal] [--seqlen 4096]``), one program per item and
+persistent alike: 0 B of spills (consumers at 240 registers by ``setmaxnreg``; ptxas
+reports the kernel's 168), 197,024 B of shared memory (persistent 229,808 B), 128 HGMMA (per consumer and
 tile: S 8, dP 8, dV 4, dK 4, dQ 2 x 4; the loop and the peeled last tile) for 8 wgmma
 waits, no C75xx warning. A first version held the shared tiles' wgmma descriptors as loop
 invariants and spilled 284 B inside the tile loop, and the item loop did the same with
@@ -201,6 +203,53 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
 
 
 @gluon.jit
+def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
+                dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b,
+                stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
+                seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
+                BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+    """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
+    whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
+    issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
+    last dQ products have read this one's K. Returns dK, dV (fp32, unscaled), the item's K/V
+    row and column and its tile count."""
+    s_layout: gl.constexpr = s_zero.type.layout
+    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
+        w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b, stride_lse_h,
+        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+    mbarrier.wait(kv_bar.index(HALF), done & 1)
+    mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
+    keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
+    dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
+    slot = it % NUM_STAGES                          # (tile 0's S and dP, before the loop)
+    z = it >> 30                                    # (opaque zero: see :func:`_tile`)
+    mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
+    s = warpgroup_mma(q_smem.index(slot), k_smem.index(HALF + z).permute((1, 0)), s_zero,
+                      use_acc=False, is_async=True)
+    dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
+                       use_acc=False, is_async=True)
+    for t in range(n_t - 1):
+        dk, dv, s, dp = _tile(it + t, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+                              do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
+                              LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
+                              n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
+                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
+    last = it + n_t - 1
+    dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+                          do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
+                          LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0, n_i,
+                          q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_M,
+                          HEAD_D, NUM_STAGES, CAUSAL, True)
+    # the other consumer's last dQ products have read this one's K (its own products are
+    # done): the K and V tiles are free
+    mbarrier.wait(ds_free, last & 1)
+    return dk, dv, kv_row0, kv_col, n_t
+
+
+@gluon.jit
 def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar, q_smem,
                   do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free, ready, empty,
                   LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
@@ -208,78 +257,58 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Consumer partition (one warpgroup): for each of its program's work items
-    (``program_id``, ``+ num_programs``, ...), dK and dV of the keys' half ``HALF`` and the dQ
-    columns' half ``HALF`` of every query tile; tile 0's S and dP before the loop, each tile
-    issuing the next one's (:func:`_tile`), the last tile peeled. ``PERSISTENT``: the next
-    item's K and V are loaded as soon as this one's last readers are done, and dK and dV
-    leave through staging tiles meanwhile (else through the K and V tiles)."""
+    """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
+    columns' half ``HALF`` of every query tile of its program's work item
+    (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
+    items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
+    as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
+    staging tile and a dV tile."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
-    g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     dtype: gl.constexpr = k_desc.dtype
     first = gl.program_id(0)
-    step = gl.num_programs(0)
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
         BLOCK_M, HEAD_D, CAUSAL, GROUP)
     _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
              None, None, None, None)
     dq_buf = dq_smem.index(HALF)
-    if PERSISTENT:
-        # (dK through the dQ staging tile, 64 x 64 fp32 = 64 x 128 fp16/bf16, and dV through
-        # its own, so that the K and V tiles take the next item's load meanwhile)
-        dk_buf = dq_buf._reinterpret(dtype, [BLOCK_N, HEAD_D], dk_desc.layout)
-        dv_buf = dv_stage.index(HALF)
-    else:
-        dk_buf = k_smem.index(HALF)
-        dv_buf = v_smem.index(HALF)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     dq_zero = gl.zeros([BLOCK_M, 64], gl.float32, s_layout)
-    it = 0                          # (tiles of the earlier items: ring slots, phases)
-    done = 0                        # (items before this one: the K/V barriers' phase)
-    for w in range(first, n_work, step):
-        n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
-            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
-            stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
-        mbarrier.wait(kv_bar.index(HALF), done & 1)
-        mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by dQ products)
-        keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-        dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-        slot = it % NUM_STAGES                  # (tile 0's S and dP, before the loop)
-        z = it >> 30                            # (opaque zero: see :func:`_tile`)
-        mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
-        s = warpgroup_mma(q_smem.index(slot), k_smem.index(HALF + z).permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)
-        dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-        for t in range(n_t - 1):
-            dk, dv, s, dp = _tile(it + t, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                                  do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready,
-                                  empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero,
-                                  dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
-                                  sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
-        last = it + n_t - 1
-        dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                              do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
-                              LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
-                              n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
-                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
-        # the other consumer's last dQ products have read this one's K (its own products are
-        # done): the K and V tiles are free (to take the next item's, or dK and dV)
-        mbarrier.wait(ds_free, last & 1)
-        if PERSISTENT:
-            if w + step < n_work:
+    if PERSISTENT:
+        # (dK through the dQ staging tile, 64 x 64 fp32 = 64 x 128 fp16/bf16)
+        dk_buf = dq_buf._reinterpret(dtype, [BLOCK_N, HEAD_D], dk_desc.layout)
+        dv_buf = dv_stage.index(HALF)
+        step = gl.num_programs(0)
+        it = 0                      # (tiles of the earlier items: ring slots, phases)
+        done = 0                    # (items before this one: the K/V barriers' phase)
+        for w in range(first, n_work, step):
+            dk, dv, kv_row0, kv_col, n_t = _item_grads(
+                w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
+                dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
+                stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
+                NUM_STAGES, CAUSAL, GROUP)
+            if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
                     0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
                 _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row, next_col,
                          HALF * BLOCK_N, None, None, None, None)
             tma.store_wait(0)       # (dK's staging tile: the last dQ reduction has read it)
-        _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale, HALF,
-                  BLOCK_N)
-        it += n_t
-        done += 1
+            gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
+            _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale,
+                      HALF, BLOCK_N)
+            it += n_t
+            done += 1
+    else:
+        dk, dv, kv_row0, kv_col, n_t = _item_grads(
+            first, 0, 0, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
+            dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
+            stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+            qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
+            CAUSAL, GROUP)
+        _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
+                  kv_col, sm_scale, HALF, BLOCK_N)
 
 
 @gluon.jit
@@ -288,7 +317,6 @@ def _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scal
     """dK (times ``sm_scale``) and dV of the keys' half ``HALF`` out by TMA through the
     shared tiles ``dk_buf`` and ``dv_buf``, whose last readers the caller has seen done."""
     dtype: gl.constexpr = dk_desc.dtype
-    gl.thread_barrier()             # (a TMA wait is the issuing thread's: all others wait)
     dk_buf.store((dk * sm_scale).to(dtype))
     dv_buf.store(dv.to(dtype))
     fence_async_shared()
@@ -360,11 +388,15 @@ def enabled() -> bool:
 
 def persistent(causal: bool) -> bool:
     """The grid's rule (``FLASHTILE_GLUON_BWD_PERSISTENT`` unset or ``auto``): one program per
-    SM unmasked, one per item causal. Measured (session 23, two alternating rounds, backward
-    kernel sums, d=128 bf16, 16k tokens): unmasked -6.6% / -4.2% / -2.7% at 512 / 1k / 2k,
-    level at 4k-16k; causal +35% / +28% / +13% / +5% at 512 / 1k / 2k / 4k (items of unequal
+    SM unmasked, one per item causal. Measured (session 23, two alternating rounds each,
+    backward kernel sums, d=128 bf16, 16k tokens), one per SM against one per item:
+    unmasked -6.6% / -4.2% / -2.7% at 512 / 1k / 2k, level at 4k-16k (call 3), and against
+    the kernel before either -6.3% / -2.9% / -1.9% / -0.6% / -0.8% / -1.4% at 512-16k (call
+    4); causal +35% / +28% / +13% / +5% / +2% / +1% at 512-16k (call 3: items of unequal
     length taken in a fixed turn leave programs idle where one per item lets the hardware
-    balance them)."""
+    balance them). A first per-item build in the item loop's shape ran causal 6-9% slower
+    (call 4); the per-item build is now the kernel before the loop, up to the order of its
+    item arithmetic in the PTX."""
     return not causal
 
 
