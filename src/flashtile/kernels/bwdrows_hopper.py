@@ -6,7 +6,7 @@ three N=32 products with both operands in shared memory are bound by shared-memo
 the layout of FlashAttention-3's backward instead, at d=128 and in one pass only (dQ added
 by TMA reductions into an fp32 accumulator, as :mod:`.bwd_hopper`'s one pass does).
 
-Notation (per CTA: one work item, 128 keys of one KV head, :func:`.bwd_hopper._item`):
+Notation (per work item: 128 keys of one KV head, :func:`.bwd_hopper._item`):
 
 - two consumer warpgroups; consumer ``HALF`` owns keys ``[64 HALF, 64 HALF + 64)`` of the
   item, its K and V tiles (``BLOCK_N x HEAD_D`` = 64 x 128) in shared memory;
@@ -47,32 +47,32 @@ The grid (:func:`persistent`): unmasked, one program per SM, each taking items
 ``program_id``, ``+ num_programs``, ... (the loader's ring and the barriers' phases counted
 across them), so that an item's dK/dV epilogue overlaps the next item's K/V and Q/dO loads;
 causal, one program per item (dK and dV leave through the K and V tiles; no dV staging
-tile: 197,024 B). ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. The causal order of :func:`.bwd_hopper._item` with chunks of 1
-(``GROUP`` as :mod:`.bwd_hopper` chooses it). Registers per consumer thread (240): dK, dV
-64 + 64, S, dP 32 + 32, the dQ part 32. S, dP, dK, dV and dQ all live at once would need
-224 of them: with ``S_{j+1}`` and ``dP_{j+1}`` both issued before the wait for tile j's
-products, ptxas spilled S (512 B unmasked, 516 B causal) and serialised every wgmma
-(C7512); hence dP after the staging. Shared memory at d=128: K, V 64 KB, the ring 2 x 32
-KB, P, dS 32 KB, the dQ staging 32 KB: 192 KB (+ barriers); persistent, the dV staging
-32 KB more.
+tile: 197,024 B). ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. The causal order
+of :func:`.bwd_hopper._item` with chunks of 1 (``GROUP`` as :mod:`.bwd_hopper` chooses it).
+Registers per consumer thread (240): dK, dV 64 + 64, S, dP 32 + 32, the dQ part 32. S, dP,
+dK, dV and dQ all live at once would need 224 of them: with ``S_{j+1}`` and ``dP_{j+1}``
+both issued before the wait for tile j's products, ptxas spilled S (512 B unmasked, 516 B
+causal) and serialised every wgmma (C7512); hence dP after the staging. Shared memory at
+d=128: K, V 64 KB, the ring 2 x 32 KB, P, dS 32 KB, the dQ staging 32 KB: 192 KB (+
+barriers); persistent, the dV staging 32 KB more.
 
 The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` keeps
 :mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
 :func:`.bwd_hopper.dkdv`'s one-pass calls at d=128 run here (:func:`takes`: query lengths
 that are multiples of 64 as well); two passes, ``deterministic=True`` and the other head dims
-keep :mod:`.bwd_hopper`, and so does a forced persistent grid. d=64 does not fall out: a
+keep :mod:`.bwd_hopper`. d=64 does not fall out: a
 consumer's dQ part would be 64 queries x 32 columns, not the accumulator's 64-column TMA
 blocks (and an M=32 wgmma does not exist).
 
 Offline (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
 --gluon --one-pass --d 128 [--causal] [--seqlen 4096]``), one program per item and
 persistent alike: 0 B of spills (consumers at 240 registers by ``setmaxnreg``; ptxas
-reports the kernel's 168), 197,024 B of shared memory (persistent 229,808 B), 128 HGMMA (per consumer and
-tile: S 8, dP 8, dV 4, dK 4, dQ 2 x 4; the loop and the peeled last tile) for 8 wgmma
-waits, no C75xx warning. A first version held the shared tiles' wgmma descriptors as loop
-invariants and spilled 284 B inside the tile loop, and the item loop did the same with
-tile 0's K and V descriptors (344 B): see the opaque zeros in :func:`_tile` and
-:func:`_rows_consume`.
+reports the kernel's 168), 197,024 B of shared memory (persistent 229,808 B), 128 HGMMA
+(per consumer and tile: S 8, dP 8, dV 4, dK 4, dQ 2 x 4; the loop and the peeled last
+tile) for 8 wgmma waits, no C75xx warning. A first version held the shared tiles'
+wgmma descriptors as loop invariants and spilled 284 B inside the tile loop, and the item
+loop did the same with tile 0's K and V descriptors (344 B): see the opaque zeros in
+:func:`_tile` and :func:`_item_grads`.
 
 On the H200 (bf16, 16k tokens, backward kernel sums, two alternating rounds each):
 
@@ -82,7 +82,10 @@ On the H200 (bf16, 16k tokens, backward kernel sums, two alternating rounds each
   64%), issue slots 20% busy: the consumers waited more than they issued;
 - session 23, S and dP ahead against one tile at a time: -4.7% / -5.2% / -6.0% unmasked,
   -7.7% / -5.9% / -8.2% causal (backward alone by do_bench 0.90-0.97x cuDNN unmasked,
-  0.94-1.00x causal).
+  0.94-1.00x causal); Nsight Compute at 4k 2,502 us unmasked (cuDNN's 2,302), 1,318 causal
+  (1,297), tensor pipe ~56%;
+- session 23, the persistent grid unmasked (:func:`persistent`): -0.6% to -6.3% at 512-16k.
+  Forward+backward kernels then 0.95-0.99x cuDNN unmasked, 0.90-0.99x causal.
 
 Tried and removed (session 23, same rounds): dQ one tile late with the dS tiles
 double-buffered so that the consumers may drift apart by a tile (-0.2% to -2.8%, within the
