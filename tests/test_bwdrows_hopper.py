@@ -44,6 +44,24 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     assert grid == (b * hkv * s // 128,)
 
 
+@gluon_cases_over([(3, 1024, 12, 4, 64), (4, 2048, 8, 8, 64)])
+def test_rows_layout_d64(gluon_calls, monkeypatch, shape, causal, dtype):
+    """d=64 in the rows kernel (:data:`bwdrows_hopper.OPT_IN`, ``FLASHTILE_GLUON_BWD_ROWS=1``):
+    each consumer's dQ part 64 queries x 32 columns (a 32-column slice of the K tiles as
+    wgmma's B operand, the accumulator's TMA blocks 64 x 32); GQA 3:1 with 96 items and MHA
+    with 512 (unmasked: one program per SM over several items), causal and not: all three
+    gradients within budget, one launch of the rows kernel."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    launches = gluon_launches(monkeypatch, full=True)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["HEAD_D"] == 64
+
+
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
@@ -126,8 +144,9 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
     """``FLASHTILE_GLUON_BWD_ROWS``: unset, ``auto`` and ``1`` send
     :func:`bwd_hopper.dkdv`'s one pass at d=128 (causal and not) to the rows kernel: 64
     queries x 2 slots, one program per item (32 items: fewer than SMs), the dQ accumulator
-    in 64 x 64 blocks; two passes, d=64 and query lengths that are not multiples of 64 keep
-    :mod:`.bwd_hopper`'s kernel, as does ``0``; anything else is refused. The variable
+    in 64 x 64 blocks; two passes and query lengths that are not multiples of 64 keep
+    :mod:`.bwd_hopper`'s kernel, as does ``0``, and so does d=64 unless ``1`` asks for it
+    (then with 64 x 32 dQ blocks); anything else is refused. The variable
     is one of the plan keys' options. Runs on the CPU: the launches are captured, not
     made."""
     assert "FLASHTILE_GLUON_BWD_ROWS" in common.GLUON_OPTIONS["bwd_hopper"]
@@ -159,9 +178,20 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)
         assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 64)
         assert [tile for _, tile in tiles[:6]] == [(64, 128)] * 6
-    for case in (dict(one_pass=False), dict(d=64), dict(sq=1056)):
+    for case in (dict(one_pass=False), dict(sq=1056)):
         (_, kernel, *_), _ = launched(**case)
         assert kernel is bwd_hopper._dkdv_hopper_kernel, case
+    # d=64 (OPT_IN): here with FLASHTILE_GLUON_BWD_ROWS=1 only, dQ in 64 x 32 parts
+    (_, kernel, _, tiles, _, meta, *_), dq_acc = launched(d=64)
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["HEAD_D"] == 64
+    assert tiles[-1][0] is dq_acc and tiles[-1][1] == (64, 32)
+    for value in (None, "auto"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS")
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", value)
+        (_, kernel, *_), _ = launched(d=64)
+        assert kernel is bwd_hopper._dkdv_hopper_kernel, value
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     (_, kernel, *_), _ = launched()
     assert kernel is bwd_hopper._dkdv_hopper_kernel

@@ -60,9 +60,11 @@ The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` k
 :mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
 :func:`.bwd_hopper.dkdv`'s one-pass calls at d=128 run here (:func:`takes`: query lengths
 that are multiples of 64 as well); two passes, ``deterministic=True`` and the other head dims
-keep :mod:`.bwd_hopper`. d=64 does not fall out: a
-consumer's dQ part would be 64 queries x 32 columns, not the accumulator's 64-column TMA
-blocks (and an M=32 wgmma does not exist).
+keep :mod:`.bwd_hopper`. At d=64 (:data:`OPT_IN`: only with ``FLASHTILE_GLUON_BWD_ROWS=1``;
+compiled offline in session 23, not yet run on a GPU) a consumer's dQ part is 64 queries x
+32 columns (an N=32 wgmma whose B operand is a 32-column slice of a 128-byte-swizzled K
+tile; the accumulator's TMA blocks 64 x 32): 0 B of spills, 96 HGMMA for 8 waits, 115,104 B
+of shared memory per item (causal) and 131,504 B persistent (unmasked), offline.
 
 Offline (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
 --gluon --one-pass --d 128 [--causal] [--seqlen 4096]``), one program per item and
@@ -107,7 +109,11 @@ from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
 from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
-_CONFIGS = {128: (64, 64, 2, 240)}
+_CONFIGS = {128: (64, 64, 2, 240), 64: (64, 64, 2, 240)}
+
+# Head dims that run here only when ``FLASHTILE_GLUON_BWD_ROWS=1`` asks (compiled offline,
+# not yet measured on a GPU: session 23)
+OPT_IN = frozenset({64})
 
 
 @constexpr_function
@@ -172,8 +178,8 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
     mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
     # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
-    k0_part = k_smem.index(z).slice(HALF * 64, 64, dim=1)
-    k1_part = k_smem.index(1 + z).slice(HALF * 64, 64, dim=1)
+    k0_part = k_smem.index(z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
+    k1_part = k_smem.index(1 + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
     dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
     dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
     next_slot = (r + 1) % NUM_STAGES
@@ -190,7 +196,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     # through its shared tile, once the previous tile's reduction has read it, with dP of
     # t+1 issued before the reduction (into the registers the dQ part leaves)
     row = q_row0 + (i0 + t % n_i) * BLOCK_M
-    col = q_col0 + (t // n_i) * HEAD_D + HALF * 64
+    col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
     tma.store_wait(0)
     gl.thread_barrier()             # (every warp's products done before the arrivals)
     mbarrier.arrive(empty.index(slot), count=1)
@@ -276,7 +282,9 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
              None, None, None, None)
     dq_buf = dq_smem.index(HALF)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    dq_zero = gl.zeros([BLOCK_M, 64], gl.float32, s_layout)
+    # (the dQ part: this consumer's half of the head dim)
+    dq_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D // 2)[1]
+    dq_zero = gl.zeros([BLOCK_M, HEAD_D // 2], gl.float32, dq_layout)
     if PERSISTENT:
         # (dK through the dQ staging tile, 64 x 64 fp32 = 64 x 128 fp16/bf16)
         dk_buf = dq_buf._reinterpret(dtype, [BLOCK_N, HEAD_D], dk_desc.layout)
@@ -348,7 +356,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                                        _tile_layout(BLOCK_M, BLOCK_N, dtype))
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M, BLOCK_N],
                                         _tile_layout(BLOCK_M, BLOCK_N, dtype))
-    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, 64], dq_desc.layout)
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M, HEAD_D // 2], dq_desc.layout)
     if PERSISTENT:      # (dV's staging tiles: K and V take the next item's load meanwhile)
         dv_stage = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], dv_desc.layout)
     else:
@@ -405,12 +413,14 @@ def persistent(causal: bool) -> bool:
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     """Whether a one-pass call that :mod:`.bwd_hopper` covers runs here: not switched off
-    (:func:`enabled`), a head dim with a config (d=128), and lengths that are multiples of
-    this kernel's tiles (64 queries; 128 keys, as :mod:`.bwd_hopper`'s at d=128)."""
+    (:func:`enabled`), a head dim with a config (d=128; d=64 of :data:`OPT_IN` only with
+    ``FLASHTILE_GLUON_BWD_ROWS=1``), and lengths that are multiples of this kernel's tiles
+    (64 queries; 128 keys)."""
     if not enabled():
         return False
     d = q.shape[3]
-    if d not in _CONFIGS:
+    if d not in _CONFIGS or (d in OPT_IN
+                             and env_forced("FLASHTILE_GLUON_BWD_ROWS") is not True):
         return False
     keys, queries = _CONFIGS[d][:2]
     return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
@@ -427,9 +437,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
-    # (the dQ accumulator's TMA blocks: a consumer's part, 64 columns)
+    # (the dQ accumulator's TMA blocks: a consumer's part, half the head dim)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
-             (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, 64)))
+             (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
     # (one program per SM unmasked, per item causal: :func:`persistent`)
     n_programs = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                      persistent(causal))
