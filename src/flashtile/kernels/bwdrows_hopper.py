@@ -192,7 +192,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
         s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
                           use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
-    # the dQ part (64 queries x this consumer's 64 columns, complete) out as ``sm_scale * dQ``
+    # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
     # through its shared tile, once the previous tile's reduction has read it, with dP of
     # t+1 issued before the reduction (into the registers the dQ part leaves)
     row = q_row0 + (i0 + t % n_i) * BLOCK_M
@@ -286,7 +286,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     dq_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D // 2)[1]
     dq_zero = gl.zeros([BLOCK_M, HEAD_D // 2], gl.float32, dq_layout)
     if PERSISTENT:
-        # (dK through the dQ staging tile, 64 x 64 fp32 = 64 x 128 fp16/bf16)
+        # (dK through the dQ staging tile: 64 x d/2 fp32 = 64 x d fp16/bf16)
         dk_buf = dq_buf._reinterpret(dtype, [BLOCK_N, HEAD_D], dk_desc.layout)
         dv_buf = dv_stage.index(HALF)
         step = gl.num_programs(0)
