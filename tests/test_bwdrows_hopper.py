@@ -21,14 +21,18 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
-def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
-    """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
-    dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
-    4 query tiles per head, and one item of 2 query tiles: one tile in the loop, the other
-    peeled; causal and not): all three gradients within budget, one launch, of the rows
-    kernel, and no dQ kernel."""
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+def _rows_run(gluon_calls, monkeypatch, shape, causal, dtype, rows=None, persistent=None):
+    """Gradients of one call of ``shape`` ``(b, s, hq, hkv, d)`` in one pass (dQ added by the
+    dK/dV kernel) against the float64 reference (:func:`test_kernels.check`), with
+    ``FLASHTILE_GLUON_BWD_ROWS`` / ``_PERSISTENT`` set as given (None: unset); asserts one
+    dK/dV call, of the rows kernel, and no dQ kernel. Returns its launch's grid, meta and
+    label."""
+    for name, value in (("FLASHTILE_GLUON_BWD_ROWS", rows),
+                        ("FLASHTILE_GLUON_BWD_PERSISTENT", persistent)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
     dq_calls = []
@@ -40,6 +44,18 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     ((kernel, grid, meta, label),) = [(x[1], x[2], x[5], x[8]) for x in launches
                                       if x[7] == "dkdv"]
     assert kernel is bwdrows_hopper._dkdv_rows_kernel, label
+    return grid, meta, label
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
+def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
+    """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
+    dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
+    4 query tiles per head, and one item of 2 query tiles: one tile in the loop, the other
+    peeled; causal and not; fewer items than SMs: one program each): all three gradients
+    within budget, one launch, of the rows kernel, and no dQ kernel."""
+    grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
+    b, s, hq, hkv, d = shape
     assert label == "gluon rows 128x64/2s +dQ" and meta["CAUSAL"] == causal
     assert grid == (b * hkv * s // 128,)
 
@@ -51,15 +67,8 @@ def test_rows_layout_d64(gluon_calls, monkeypatch, shape, causal, dtype):
     wgmma's B operand, the accumulator's TMA blocks 64 x 32); GQA 3:1 with 96 items and MHA
     with 512 (unmasked: one program per SM over several items), causal and not: all three
     gradients within budget, one launch of the rows kernel."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
-    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
-    launches = gluon_launches(monkeypatch, full=True)
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
-    ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["HEAD_D"] == 64
+    _, meta, _ = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype, rows="1")
+    assert meta["HEAD_D"] == 64
 
 
 @pytest.mark.gpu
@@ -119,15 +128,9 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     items in turn (512 items of MHA, 256 of GQA 4:1, causal ones of unequal length), with
     the next item's K and V loaded while dK and dV leave: all three gradients within
     budget, one launch of the rows kernel on fewer programs than items."""
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_PERSISTENT", "1")
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
-    launches = gluon_launches(monkeypatch, full=True)
+    grid, meta, _ = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype, persistent="1")
     b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
-    ((kernel, grid, meta),) = [(x[1], x[2], x[5]) for x in launches if x[7] == "dkdv"]
-    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["PERSISTENT"]
+    assert meta["PERSISTENT"]
     assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
 
 
