@@ -340,21 +340,12 @@ def _dq_reduce(dqt, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
         row += HALF * Q_PART
     else:
         col += HALF * 64
-    reduce_through(dqt, sm_scale, dq_smem.permute((1, 0)), dq_smem, dq_desc, row, col)
-
-
-@gluon.jit
-def reduce_through(part, scale, view, staging, dq_desc, row, col):
-    """``scale * part`` into the shared tile ``staging`` through ``view`` (the tile itself, or
-    its transposed view for a transposed part), then a TMA reduction of the tile into the
-    fp32 accumulator at ``[row, col]`` (``dq_desc``), once the previous reduction has read
-    the tile."""
     tma.store_wait(0)
     gl.thread_barrier()         # (the wait is the issuing thread's: all others wait for it)
-    view.store(part * scale)
+    dq_smem.permute((1, 0)).store(dqt * sm_scale)
     fence_async_shared()
     gl.thread_barrier()
-    _tma_reduce_add(dq_desc, [row, col], staging)
+    _tma_reduce_add(dq_desc, [row, col], dq_smem)
 
 
 @gluon.jit

@@ -392,8 +392,9 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
 
 def enabled() -> bool:
     """Whether the one pass at d=128 takes this kernel: unset, empty, ``auto`` or ``1``
-    (measured 4-7% ahead of the transposed kernel, session 22); ``FLASHTILE_GLUON_BWD_ROWS=0``
-    keeps :mod:`.bwd_hopper`'s; anything else a ValueError."""
+    (measured 4-7% ahead of the transposed kernel, session 22; d=64 only with ``1``,
+    :data:`OPT_IN`); ``FLASHTILE_GLUON_BWD_ROWS=0`` keeps :mod:`.bwd_hopper`'s; anything
+    else a ValueError."""
     return env_forced("FLASHTILE_GLUON_BWD_ROWS") is not False
 
 
