@@ -380,7 +380,9 @@ def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, p_regs):
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128)])
 @P_OPERANDS
 def test_p_operand_64_key_tiles(gluon_calls, monkeypatch, shape, causal, dtype, p_regs):
-    """As :func:`test_p_operand`, at d=128 on 64 keys x 4 slots (its narrow config)."""
+    """As :func:`test_p_operand`, at d=128 on 64 keys x 4 slots (its narrow config; causal,
+    the first consumer skips each item's last tile and releases its slot unread, and at 256
+    keys reads items of one tile)."""
     _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, "64,64,4,240", p_regs)
 
 

@@ -540,6 +540,35 @@ def _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0, q_col, dtype: gl.
 
 
 @gluon.jit
+def _own_tiles(m0, n_tiles, n_unmasked, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """(tiles read, tiles before the mask) of consumer ``HALF`` in an item from query row m0
+    with ``n_tiles`` K/V tiles, ``n_unmasked`` before the item's mask. Causal, with tiles no
+    wider than a consumer's rows (64 keys at d=128 causal up to 1k), the first consumer's
+    rows (m0 .. m0 + BLOCK_M - 1) end a whole tile before the item's last, all masked for
+    them, so it stops there; and the second's mask starts a tile later, at its own first
+    row. Unchanged otherwise."""
+    if CAUSAL:
+        first_row = m0 + HALF * BLOCK_M
+        return gl.cdiv(first_row + BLOCK_M, BLOCK_N), (first_row + 1) // BLOCK_N
+    else:
+        return n_tiles, n_unmasked
+
+
+@gluon.jit
+def _pass_slot(k_ready, v_ready, k_empty, v_empty, r, NUM_STAGES: gl.constexpr):
+    """Release the ring's load r unread (a tile this consumer skips, :func:`_own_tiles`). The
+    wait for each load comes first: an arrival before the loader has refilled the slot would
+    count towards the slot's previous load and free it before the other consumer read it."""
+    slot = r % NUM_STAGES
+    phase = (r // NUM_STAGES) & 1
+    mbarrier.wait(k_ready.index(slot), phase)
+    mbarrier.arrive(k_empty.index(slot), count=1)
+    mbarrier.wait(v_ready.index(slot), phase)
+    mbarrier.arrive(v_empty.index(slot), count=1)
+
+
+@gluon.jit
 def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr, q_desc2=None,
@@ -605,6 +634,9 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         m0, off_b, off_h, q_row0, q_col, _, _, n_tiles, n_unmasked = _work_block(
             w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
             HEAD_D + HEAD_D2, CAUSAL, GROUP)
+        n_all = n_tiles                 # the item's tiles (the ring's count)
+        n_tiles, n_unmasked = _own_tiles(m0, n_all, n_unmasked, HALF, BLOCK_M, BLOCK_N,
+                                         CAUSAL)        # this consumer's
         mbarrier.wait(q_bar, t & 1)
         m_i, l_i, rows, s_zero, s_0, acc = _start(q_smem, k_smem, k_ready, it,
                                                   m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
@@ -743,12 +775,15 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
         _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
                    dtype, o_layout, acc2, o_smem2, o_desc2, o2_layout)
+        if CAUSAL:                      # tiles wholly above this consumer's diagonal
+            for j in range(n_tiles, n_all):
+                _pass_slot(k_ready, v_ready, k_empty, v_empty, it + j, NUM_STAGES)
         if O_IN_Q and more:             # the next item's Q, once O has left its tile
             tma.store_wait(0)
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group, seqlen_q,
                     seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2,
                     HEAD_D2)
-        it += n_tiles
+        it += n_all
         t += 1
     tma.store_wait(0)
 
