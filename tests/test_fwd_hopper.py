@@ -261,11 +261,12 @@ def test_o_leaves_through_p_only_when_it_must():
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
     """P in registers (``P_REGS``) is the default at d=64, d=96 (split head dim) and d=128
     (unset, ``auto`` or ``1``; wide and narrow tiles, either mask); with it there is neither
-    O through a P buffer nor an early S_1. ``0`` stores P to shared memory, the launch
-    otherwise the same. At d=256 the variable is ignored. Runs on the CPU: the launch is
-    captured, not made."""
+    O through a P buffer nor an early S_1, and S_0 runs ahead (:func:`test_next_s0_rule`)
+    but at d=96. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
+    variable is ignored. Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
-    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1"):
+    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1",
+                     "FLASHTILE_GLUON_FWD_NEXT_S0"):
         monkeypatch.delenv(variable, raising=False)
     q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
     params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
@@ -285,10 +286,11 @@ def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
     assert not smem["P_REGS"]
     if d in (64, 96, 128):
         assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
+        assert not smem["NEXT_S0"] and asked["NEXT_S0"] == (d != 96)
         assert {key: value for key, value in asked.items()
-                if key not in ("P_REGS", "O_IN_P", "EARLY_S1")} == \
+                if key not in ("P_REGS", "O_IN_P", "EARLY_S1", "NEXT_S0")} == \
             {key: value for key, value in smem.items()
-             if key not in ("P_REGS", "O_IN_P", "EARLY_S1")}
+             if key not in ("P_REGS", "O_IN_P", "EARLY_S1", "NEXT_S0")}
     else:
         assert asked == smem
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "yes")
@@ -384,6 +386,49 @@ def test_p_operand_64_key_tiles(gluon_calls, monkeypatch, shape, causal, dtype, 
     the first consumer skips each item's last tile and releases its slot unread, and at 256
     keys reads items of one tile)."""
     _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, "64,64,4,240", p_regs)
+
+
+@gluon_cases_over([(3, 1024, 12, 4, 128), (4, 1024, 16, 4, 64), (1, 256, 2, 2, 128)])
+@pytest.mark.parametrize("config", [None, "64,64,4,240"], ids=["default-tiles", "64-keys"])
+@pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
+def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
+    """Each item's S_0 issued before the previous item's epilogue (``NEXT_S0``, the default
+    at d=64/128: two Q tiles per consumer, O normalised a turn early) and in its own turn
+    (``FLASHTILE_GLUON_FWD_NEXT_S0=0``): 288 items of 128 rows over the SMs (up to three a
+    program), 512 at d=64 (up to four: each Q buffer used twice, its barrier's phase
+    flipped), items of one or two tiles, and 64-key tiles (causal: the first consumer
+    skips a tile per item). Outputs (NaN-poisoned before the launch) and gradients within
+    budget, and the launch given NEXT_S0."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", ahead)
+    if config:
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
+    else:
+        monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    assert [meta["NEXT_S0"] for role, _, meta in launches if role == "fwd"] == [ahead == "1"]
+
+
+@pytest.mark.parametrize("d,config,ahead", [
+    (128, (64, 128, 2), True), (128, (64, 64, 4), True), (64, (64, 128, 4), True),
+    (96, (64, 128, 2), False), (256, (64, 64, 2), False), (128, (64, 128, 3), False)])
+def test_next_s0_rule(monkeypatch, d, config, ahead):
+    """Where S_0 runs ahead (:func:`fwd_hopper.next_s0`): P in registers and a whole head
+    dim (d=64/128, not d=96's split nor d=256), where a second Q tile per consumer fits (not
+    128 keys x 3 slots, whose O already leaves through Q); ``0`` turns it off, ``1`` cannot
+    force it where it does not fit."""
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_NEXT_S0", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+    assert fwd_hopper.next_s0(d, *config) == ahead
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "1")
+    assert fwd_hopper.next_s0(d, *config) == ahead
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "0")
+    assert not fwd_hopper.next_s0(d, *config)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_NEXT_S0"):
+        fwd_hopper.next_s0(d, *config)
 
 
 @pytest.mark.parametrize("config,where", [

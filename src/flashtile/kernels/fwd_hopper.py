@@ -524,17 +524,32 @@ def _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0, q_col, dtype: gl.
     kernel's end, waits); LSE = m + log l (natural log) at ``lse_row`` (pointers). Every row
     saw at least one key: l > 0. A split head dim's second part (``acc2``) leaves likewise
     through ``o_smem2``, into the columns after the first part's."""
-    acc = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    o = _normalized(acc, l_i, dtype, o_layout)
     if acc2 is not None:
-        acc2 = acc2 / gl.convert_layout(l_i, gl.SliceLayout(1, o2_layout))[:, None]
+        o2 = _normalized(acc2, l_i, dtype, o2_layout)
+    else:
+        o2 = acc2
+    _store_out(o, m_i, l_i, lse_row, o_smem, o_desc, q_row0, q_col, o2, o_smem2, o_desc2)
+
+
+@gluon.jit
+def _normalized(acc, l_i, dtype: gl.constexpr, o_layout: gl.constexpr):
+    """O = acc / l ``(rows, d)`` in the output's dtype."""
+    return (acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]).to(dtype)
+
+
+@gluon.jit
+def _store_out(o, m_i, l_i, lse_row, o_smem, o_desc, q_row0, q_col, o2=None, o_smem2=None,
+               o_desc2=None):
+    """:func:`_write_out` of a normalised O (and second part ``o2``)."""
     gl.store(lse_row, (m_i + gl.log2(l_i)) * 0.6931471805599453)
     tma.store_wait(0)          # (the previous item's O has left o_smem)
-    o_smem.store(acc.to(dtype))
-    if acc2 is not None:
-        o_smem2.store(acc2.to(dtype))
+    o_smem.store(o)
+    if o2 is not None:
+        o_smem2.store(o2)
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [q_row0, q_col], o_smem)
-    if acc2 is not None:
+    if o2 is not None:
         tma.async_copy_shared_to_global(o_desc2, [q_row0, q_col + o_desc.block_type.shape[1]],
                                         o_smem2)
 
@@ -798,18 +813,127 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
 
 
 @gluon.jit
+def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
+                   v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
+                   seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
+                   BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+    """:func:`_consume` with P in registers (``P_REGS``, a whole head dim, O apart) and each
+    item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
+    item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
+    start an item together) leave the tensor cores idle through their epilogues and S_0's
+    latency. So this consumer keeps two Q tiles (``q_smem``, ``q_bar``: four each, buffers
+    ``2 * HALF`` and ``2 * HALF + 1``; item t in buffer t % 2, loaded once item t - 2's last
+    S has read that buffer), and a turn of the item loop issues its S_0, then stores the
+    previous item's O and LSE (O normalised in the turn before) while S_0 computes. (S_0 is
+    issued and waited for within one turn: in flight across the loop's back edge, ptxas
+    serialised every wgmma, C7511/C7517.)"""
+    s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
+    o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    dtype: gl.constexpr = q_desc.dtype
+    Q0: gl.constexpr = 2 * HALF         # this consumer's two Q buffers: Q0, Q0 + 1
+    first, step = gl.program_id(0), gl.num_programs(0)
+    anchor = p_smem.index(HALF)         # (see _rs_softmax)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+
+    for k in gl.static_range(2):        # the first two items' Q
+        if first + k * step < n_work:
+            _load_q(q_desc, q_smem.index(Q0 + k), q_bar.index(Q0 + k), first + k * step,
+                    n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M,
+                    BLOCK_N, HEAD_D, CAUSAL, GROUP)
+    # The previous item's results, for its epilogue in the next turn (none before the first)
+    o = gl.zeros([BLOCK_M, HEAD_D], dtype, o_layout)
+    m_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
+    l_i = gl.full([BLOCK_M], 1.0, gl.float32, row_layout)
+    lse_row = LSE + gl.arange(0, BLOCK_M, layout=row_layout)
+    o_row = 0
+    o_col = 0
+    it = 0          # K/V tiles of the ring so far
+    t = 0           # work items done so far (Q buffer t % 2, its barrier's phase)
+    for w in range(first, n_work, step):
+        m0, off_b, off_h, q_row0, q_col, _, _, n_all, n_unmasked = _work_block(
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+            HEAD_D, CAUSAL, GROUP)
+        n_tiles, n_unmasked = _own_tiles(m0, n_all, n_unmasked, HALF, BLOCK_M, BLOCK_N,
+                                         CAUSAL)
+        q_buf = Q0 + t % 2
+        q_cur = q_smem.index(q_buf)
+        mbarrier.wait(q_bar.index(q_buf), (t // 2) & 1)
+        s_tok = _issue_s(q_cur, k_smem, k_ready, s_zero, it, NUM_STAGES)
+        if t > 0:                       # the previous item's epilogue, under S_0
+            _store_out(o, m_i, l_i, lse_row, o_smem, o_desc, o_row, o_col)
+        s_0 = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
+        # (O's zeros after the wait: see _start)
+        acc = warpgroup_mma_init(gl.zeros([BLOCK_M, HEAD_D], gl.float32, o_layout))
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+        l_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
+        rows = m0 + HALF * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+        s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))
+        mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
+        refill = w + 2 * step < n_work      # item t + 2, into this item's Q buffer
+        if n_tiles == 1 and refill:         # S_0 was this Q's last S
+            _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
+                    nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
+                    CAUSAL, GROUP)
+        p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
+                                           None, BLOCK_N, CAUSAL)
+        p = gl.convert_layout(p.to(dtype), p_layout)
+        for j in range(n_tiles - 2):
+            s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                  s_zero, acc, it + j, NUM_STAGES)
+            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                           qk_scale, v_empty, it + j, anchor, NUM_STAGES,
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
+        if n_tiles > 1:                 # (peeled: its S is this Q's last)
+            j = n_tiles - 2
+            s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                  s_zero, acc, it + j, NUM_STAGES)
+            if refill:
+                _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
+                        nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
+                        CAUSAL, GROUP)
+            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                           qk_scale, v_empty, it + j, anchor, NUM_STAGES,
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
+        j = n_tiles - 1
+        acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
+        acc, p = warpgroup_mma_wait(0, deps=(acc, p))
+        mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
+        if _skips(CAUSAL, BLOCK_M, BLOCK_N):    # tiles wholly above this consumer's diagonal
+            for j in range(n_tiles, n_all):
+                _pass_slot(k_ready, v_ready, k_empty, v_empty, it + j, NUM_STAGES)
+        # O normalised in this turn: ptxas waits for every wgmma in flight before a use of
+        # registers that a wgmma wrote in an earlier turn (C7517), so the next S_0 would not
+        # overlap the division
+        o = _normalized(acc, l_i, dtype, o_layout)
+        lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
+        o_row = q_row0 + HALF * BLOCK_M
+        o_col = q_col
+        it += n_all
+        t += 1
+    if t > 0:                           # the last item's epilogue
+        _store_out(o, m_i, l_i, lse_row, o_smem, o_desc, o_row, o_col)
+    tma.store_wait(0)
+
+
+@gluon.jit
 def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2, o_desc2, LSE,
                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                        n_work, qk_scale, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                        HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
-                       HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False):
+                       HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, BLOCK_M, HEAD_D], q_desc.layout)
+    # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [4 if NEXT_S0 else 2, BLOCK_M, HEAD_D],
+                                       q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
@@ -854,25 +978,45 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
         o2_desc: gl.constexpr = None
     q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
     k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
-
-    gl.warp_specialize([
-        (_consume, (q_desc, o_desc, q_smem.index(0), o0, p_smem,
-                    q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                    n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS)),
-        (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
-                    q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                    n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS)),
-        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
-                       v_smem2, HEAD_D2)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    if NEXT_S0:
+        gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q),
+                         "S_0 ahead: P in registers, a whole head dim, O apart")
+        q_bars = barriers(4, 1)
+        gl.warp_specialize([
+            (_consume_ahead, (q_desc, o_desc, q_smem, o0, p_smem, q_bars, k_smem, v_smem,
+                              k_ready, v_ready, k_empty, v_empty, LSE, stride_lse_b,
+                              stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                              n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                              CAUSAL, GROUP)),
+            (_consume_ahead, (q_desc, o_desc, q_smem, o1, p_smem, q_bars, k_smem, v_smem,
+                              k_ready, v_ready, k_empty, v_empty, LSE, stride_lse_b,
+                              stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                              n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
+                              CAUSAL, GROUP)),
+            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                           v_smem2, HEAD_D2)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+    else:
+        gl.warp_specialize([
+            (_consume, (q_desc, o_desc, q_smem.index(0), o0, p_smem,
+                        q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                        n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                        O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                        v_smem2, HEAD_D2, P_REGS)),
+            (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
+                        q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                        n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                        O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                        v_smem2, HEAD_D2, P_REGS)),
+            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                           v_smem2, HEAD_D2)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
@@ -1103,6 +1247,17 @@ def p_in_registers(d: int) -> bool:
     return forced is not False and d in (64, 96, 128)
 
 
+def next_s0(d: int, block_m: int, block_n: int, stages: int) -> bool:
+    """Whether each item's S_0 is issued before the previous item's epilogue (the kernel's
+    ``NEXT_S0``, :func:`_consume_ahead`; two Q tiles per consumer): wherever it applies
+    (P in registers, a whole head dim: d=64/128) and the second Q tiles fit beside O's
+    (:func:`_bytes_apart`); ``FLASHTILE_GLUON_FWD_NEXT_S0`` set to ``1``/``0`` forces it
+    (``1`` still only where it applies and fits)."""
+    forced = env_forced("FLASHTILE_GLUON_FWD_NEXT_S0")
+    fits = _bytes_apart(block_m, block_n, stages, d, 0) + 4 * block_m * d <= SHARED_BYTES
+    return forced is not False and p_in_registers(d) and head_parts(d)[1] == 0 and fits
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -1132,5 +1287,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
-             EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs),
+             EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
+             NEXT_S0=next_s0(d, block_m, block_n, stages)),
         part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
