@@ -259,11 +259,12 @@ def test_o_leaves_through_p_only_when_it_must():
                                               (64, True, 1024), (96, False, 1024),
                                               (96, True, 2048), (256, True, 1024)])
 def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
-    """P in registers (``P_REGS``) is the default at d=64, d=96 (split head dim) and d=128
-    (unset, ``auto`` or ``1``; wide and narrow tiles, either mask); with it there is neither
-    O through a P buffer nor an early S_1, and S_0 runs ahead (:func:`test_next_s0_rule`)
-    but at d=96. ``0`` stores P to shared memory, the launch otherwise the same. At d=256 the
-    variable is ignored. Runs on the CPU: the launch is captured, not made."""
+    """P in registers (``P_REGS``) is the default at d=64, d=96 (split head dim) and d=128 (unset,
+    ``auto`` or ``1``; wide and narrow tiles, either mask); with it there is neither O through a
+    P buffer nor an early S_1, and S_0 runs ahead where the mask is causal
+    (:func:`test_next_s0_rule`) but at d=96. ``0`` stores P to shared memory, the launch
+    otherwise the same. At d=256 the variable is ignored. Runs on the CPU: the launch is
+    captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EARLY_S1",
                      "FLASHTILE_GLUON_FWD_NEXT_S0"):
@@ -286,7 +287,7 @@ def test_p_in_registers_switch(monkeypatch, d, causal, seqlen):
     assert not smem["P_REGS"]
     if d in (64, 96, 128):
         assert asked["P_REGS"] and not (asked["O_IN_P"] or asked["O_IN_Q"] or asked["EARLY_S1"])
-        assert not smem["NEXT_S0"] and asked["NEXT_S0"] == (d != 96)
+        assert not smem["NEXT_S0"] and asked["NEXT_S0"] == (d != 96 and causal)
         assert {key: value for key, value in asked.items()
                 if key not in ("P_REGS", "O_IN_P", "EARLY_S1", "NEXT_S0")} == \
             {key: value for key, value in smem.items()
@@ -392,13 +393,13 @@ def test_p_operand_64_key_tiles(gluon_calls, monkeypatch, shape, causal, dtype, 
 @pytest.mark.parametrize("config", [None, "64,64,4,240"], ids=["default-tiles", "64-keys"])
 @pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
 def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
-    """Each item's S_0 issued before the previous item's epilogue (``NEXT_S0``, the default
+    """Each item's S_0 issued before the previous item's epilogue (``NEXT_S0``, the causal default
     at d=64/128: two Q tiles per consumer, O normalised a turn early) and in its own turn
     (``FLASHTILE_GLUON_FWD_NEXT_S0=0``): 288 items of 128 rows over the SMs (up to three a
-    program), 512 at d=64 (up to four: each Q buffer used twice, its barrier's phase
-    flipped), items of one or two tiles, and 64-key tiles (causal: the first consumer
-    skips a tile per item). Outputs (NaN-poisoned before the launch) and gradients within
-    budget, and the launch given NEXT_S0."""
+    program), 512 at d=64 (up to four: each Q buffer used twice, its barrier's phase flipped),
+    items of one or two tiles, and 64-key tiles (causal: the first consumer skips a tile per
+    item). Outputs (NaN-poisoned before the launch) and gradients within budget, and the launch
+    given NEXT_S0."""
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", ahead)
     if config:
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
@@ -411,24 +412,27 @@ def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
     assert [meta["NEXT_S0"] for role, _, meta in launches if role == "fwd"] == [ahead == "1"]
 
 
-@pytest.mark.parametrize("d,config,ahead", [
+@pytest.mark.parametrize("d,config,applies", [
     (128, (64, 128, 2), True), (128, (64, 64, 4), True), (64, (64, 128, 4), True),
     (96, (64, 128, 2), False), (256, (64, 64, 2), False), (128, (64, 128, 3), False)])
-def test_next_s0_rule(monkeypatch, d, config, ahead):
-    """Where S_0 runs ahead (:func:`fwd_hopper.next_s0`): P in registers and a whole head
+def test_next_s0_rule(monkeypatch, d, config, applies):
+    """Where S_0 can run ahead (:func:`fwd_hopper.next_s0`): P in registers and a whole head
     dim (d=64/128, not d=96's split nor d=256), where a second Q tile per consumer fits (not
-    128 keys x 3 slots, whose O already leaves through Q); ``0`` turns it off, ``1`` cannot
-    force it where it does not fit."""
+    128 keys x 3 slots, whose O already leaves through Q); by default there with the causal
+    mask only (measured, session 24). ``1`` forces it with either mask where it applies,
+    ``0`` turns it off; anything else is refused."""
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_NEXT_S0", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
-    assert fwd_hopper.next_s0(d, *config) == ahead
+    assert fwd_hopper.next_s0(d, *config, True) == applies
+    assert not fwd_hopper.next_s0(d, *config, False)
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "1")
-    assert fwd_hopper.next_s0(d, *config) == ahead
+    assert fwd_hopper.next_s0(d, *config, False) == fwd_hopper.next_s0(d, *config, True) \
+        == applies
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "0")
-    assert not fwd_hopper.next_s0(d, *config)
+    assert not fwd_hopper.next_s0(d, *config, True)
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_NEXT_S0"):
-        fwd_hopper.next_s0(d, *config)
+        fwd_hopper.next_s0(d, *config, True)
 
 
 @pytest.mark.parametrize("config,where", [
