@@ -391,19 +391,16 @@ def test_p_operand_64_key_tiles(gluon_calls, monkeypatch, shape, causal, dtype, 
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (4, 1024, 16, 4, 64), (1, 256, 2, 2, 128)])
 @pytest.mark.parametrize("config", [None, "64,64,4,240"], ids=["default-tiles", "64-keys"])
-@pytest.mark.parametrize("ahead,q_regs", [("1", "1"), ("1", "0"), ("0", "0")],
-                         ids=["s0-ahead-q-regs", "s0-ahead", "s0-in-turn"])
-def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead, q_regs):
+@pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
+def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
     """Each item's S_0 issued before the previous item's epilogue (``NEXT_S0``, the causal default
     at d=64/128: two Q tiles per consumer, O normalised a turn early) and in its own turn
     (``FLASHTILE_GLUON_FWD_NEXT_S0=0``): 288 items of 128 rows over the SMs (up to three a
     program), 512 at d=64 (up to four: each Q buffer used twice, its barrier's phase flipped),
     items of one or two tiles, and 64-key tiles (causal: the first consumer skips a tile per
-    item); ahead, with Q in registers as S's A operand (``FLASHTILE_GLUON_FWD_Q_REGS``) or read
-    from shared memory. Outputs (NaN-poisoned before the launch) and gradients within budget,
-    and the launch given NEXT_S0 and Q_REGS."""
+    item). Outputs (NaN-poisoned before the launch) and gradients within budget, and the launch
+    given NEXT_S0."""
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", ahead)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_Q_REGS", q_regs)
     if config:
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
     else:
@@ -412,19 +409,7 @@ def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead, 
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
-    assert [(meta["NEXT_S0"], meta["Q_REGS"]) for role, _, meta in launches
-            if role == "fwd"] == [(ahead == "1", q_regs == "1")]
-
-
-def test_q_in_registers_rule(monkeypatch):
-    """Q as S's register A operand (``Q_REGS``, S_0-ahead's consumers only): by default with
-    64-key tiles (128-key tiles: 56 B of spills offline); ``1``/``0`` force it."""
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_Q_REGS", raising=False)
-    assert fwd_hopper.q_in_registers(64) and not fwd_hopper.q_in_registers(128)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_Q_REGS", "1")
-    assert fwd_hopper.q_in_registers(128)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_Q_REGS", "0")
-    assert not fwd_hopper.q_in_registers(64)
+    assert [meta["NEXT_S0"] for role, _, meta in launches if role == "fwd"] == [ahead == "1"]
 
 
 @pytest.mark.parametrize("d,config,applies", [

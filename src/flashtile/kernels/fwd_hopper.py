@@ -827,8 +827,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   Q_REGS: gl.constexpr):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """:func:`_consume` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -838,17 +837,11 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     S has read that buffer), and a turn of the item loop issues its S_0, then stores the
     previous item's O and LSE (O normalised in the turn before) while S_0 computes. (S_0 is
     issued and waited for within one turn: in flight across the loop's back edge, ptxas
-    serialised every wgmma, C7511/C7517.)
-
-    ``Q_REGS`` (:func:`q_in_registers`): Q is loaded into registers once per item and is
-    S = Q K^T's register A operand, so that product reads only K from shared memory (with
-    64-key tiles an S product from shared memory needs the SM's whole shared-memory
-    bandwidth at the tensor cores' rate: 4 KB per 64 x 64 x 16 step)."""
+    serialised every wgmma, C7511/C7517.)"""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=s_layout, k_width=2)
     dtype: gl.constexpr = q_desc.dtype
     Q0: gl.constexpr = 2 * HALF         # this consumer's two Q buffers: Q0, Q0 + 1
     first, step = gl.program_id(0), gl.num_programs(0)
@@ -878,11 +871,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         q_buf = Q0 + t % 2
         q_cur = q_smem.index(q_buf)
         mbarrier.wait(q_bar.index(q_buf), (t // 2) & 1)
-        if Q_REGS:
-            q_op = q_cur.load(q_layout)
-        else:
-            q_op = q_cur
-        s_tok = _issue_s(q_op, k_smem, k_ready, s_zero, it, NUM_STAGES)
+        s_tok = _issue_s(q_cur, k_smem, k_ready, s_zero, it, NUM_STAGES)
         if t > 0:                       # the previous item's epilogue, under S_0
             _store_out(o, m_i, l_i, lse_row, o_smem, o_desc, o_row, o_col)
         s_0 = warpgroup_mma_init(warpgroup_mma_wait(0, deps=(s_tok,)))
@@ -902,14 +891,14 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                                            None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
         for j in range(n_tiles - 2):
-            s, acc = _rs_products(p, q_op, k_smem, v_smem, k_ready, v_ready, k_empty,
+            s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                   s_zero, acc, it + j, NUM_STAGES)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
-            s, acc = _rs_products(p, q_op, k_smem, v_smem, k_ready, v_ready, k_empty,
+            s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                   s_zero, acc, it + j, NUM_STAGES)
             if refill:
                 _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
@@ -947,7 +936,7 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, Q_REGS: gl.constexpr = False):
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
@@ -1008,12 +997,12 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                               k_ready, v_ready, k_empty, v_empty, LSE, stride_lse_b,
                               stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                               n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                              CAUSAL, GROUP, Q_REGS)),
+                              CAUSAL, GROUP)),
             (_consume_ahead, (q_desc, o_desc, q_smem, o1, p_smem, q_bars, k_smem, v_smem,
                               k_ready, v_ready, k_empty, v_empty, LSE, stride_lse_b,
                               stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                               n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                              CAUSAL, GROUP, Q_REGS)),
+                              CAUSAL, GROUP)),
             (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                            nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                            BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
@@ -1284,16 +1273,6 @@ def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool) -> bo
     return applies and (causal if forced is None else forced)
 
 
-def q_in_registers(block_n: int) -> bool:
-    """Whether S_0-ahead's consumers hold Q in registers as S's A operand (the kernel's
-    ``Q_REGS``, :func:`_consume_ahead`; only where ``NEXT_S0`` runs): by default with
-    64-key tiles (offline, d=128 causal 512: no spills, 14 waits for 72 HGMMA; with 128-key
-    tiles 56 B of spills at d=128, 8 B at d=64); ``FLASHTILE_GLUON_FWD_Q_REGS`` set to
-    ``1``/``0`` forces it."""
-    forced = env_forced("FLASHTILE_GLUON_FWD_Q_REGS")
-    return block_n <= 64 if forced is None else forced
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -1324,6 +1303,5 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params)),
-             Q_REGS=q_in_registers(block_n)),
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
         part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
