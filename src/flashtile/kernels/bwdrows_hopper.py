@@ -48,7 +48,12 @@ The grid (:func:`persistent`): unmasked, one program per SM, each taking items
 across them), so that an item's dK/dV epilogue overlaps the next item's K/V and Q/dO loads;
 causal, one program per item (dK and dV leave through the K and V tiles; no dV staging
 tile: 197,024 B). ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. The causal order
-of :func:`.bwd_hopper._item` with chunks of 1 (``GROUP`` as :mod:`.bwd_hopper` chooses it).
+of :func:`.bwd_hopper._item` with chunks of 1 (``GROUP`` as :mod:`.bwd_hopper` chooses it);
+a persistent causal grid takes its odd rounds' items in reverse (``SNAKE``, session 24: in
+chunks of 8 key tiles per head, program p would otherwise take tile p % 8 of a chunk in
+every round, the heaviest tile always to the same programs; session 23 measured the
+persistent causal grid without it 13-35% slower at 512-2k). Offline that costs 4 B of
+spills at 4k (one store); not yet run on a GPU.
 Registers per consumer thread (240): dK, dV 64 + 64, S, dP 32 + 32, the dQ part 32. S, dP,
 dK, dV and dQ all live at once would need 224 of them: with ``S_{j+1}`` and ``dP_{j+1}``
 both issued before the wait for tile j's products, ptxas spilled S (512 B unmasked, 516 B
@@ -217,7 +222,8 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+                SNAKE: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
@@ -227,7 +233,7 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
         w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b, stride_lse_h,
-        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, SNAKE)
     mbarrier.wait(kv_bar.index(HALF), done & 1)
     mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -277,7 +283,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     first = gl.program_id(0)
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-        BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        BLOCK_M, HEAD_D, CAUSAL, GROUP, PERSISTENT)
     _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
              None, None, None, None)
     dq_buf = dq_smem.index(HALF)
@@ -298,11 +304,11 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP)
+                NUM_STAGES, CAUSAL, GROUP, PERSISTENT)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
-                    0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+                    0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, PERSISTENT)
                 _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row, next_col,
                          HALF * BLOCK_N, None, None, None, None)
             tma.store_wait(0)       # (dK's staging tile: the last dQ reduction has read it)
@@ -317,7 +323,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP)
+            CAUSAL, GROUP, PERSISTENT)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
 
@@ -386,7 +392,8 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          GROUP, PERSISTENT)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
+                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
+                      PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
