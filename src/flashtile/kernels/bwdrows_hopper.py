@@ -65,11 +65,14 @@ The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` k
 :mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
 :func:`.bwd_hopper.dkdv`'s one-pass calls at d=128 run here (:func:`takes`: query lengths
 that are multiples of 64 as well); two passes, ``deterministic=True`` and the other head dims
-keep :mod:`.bwd_hopper`. At d=64 (:data:`OPT_IN`: only with ``FLASHTILE_GLUON_BWD_ROWS=1``;
-compiled offline in session 23, not yet run on a GPU) a consumer's dQ part is 64 queries x
-32 columns (an N=32 wgmma whose B operand is a 32-column slice of a 128-byte-swizzled K
-tile; the accumulator's TMA blocks 64 x 32): 0 B of spills, 96 HGMMA for 8 waits, 115,104 B
-of shared memory per item (causal) and 131,504 B persistent (unmasked), offline.
+keep :mod:`.bwd_hopper`. At d=64 (:data:`OPT_IN`: only with ``FLASHTILE_GLUON_BWD_ROWS=1``)
+a consumer's dQ part is 64 queries x 32 columns (an N=32 wgmma whose B operand is a
+32-column slice of a 128-byte-swizzled K tile; the accumulator's TMA blocks 64 x 32): 0 B of
+spills, 96 HGMMA for 8 waits, 115,104 B of shared memory per item (causal) and 131,504 B
+persistent (unmasked), offline. On the H200 (session 24) its gradients pass the GPU tests,
+but its backward kernels took 10-18% longer than the transposed kernel's at 512-16k (level
+at causal 512), so it stays opt-in; at d=64 a consumer's accumulators leave room for a
+third ring slot or two programs per SM, untried.
 
 Offline (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
 --gluon --one-pass --d 128 [--causal] [--seqlen 4096]``), one program per item and
@@ -116,8 +119,8 @@ from .common import env_forced
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
 _CONFIGS = {128: (64, 64, 2, 240), 64: (64, 64, 2, 240)}
 
-# Head dims that run here only when ``FLASHTILE_GLUON_BWD_ROWS=1`` asks (compiled offline,
-# not yet measured on a GPU: session 23)
+# Head dims that run here only when ``FLASHTILE_GLUON_BWD_ROWS=1`` asks (d=64: correct on
+# the H200, but 10-18% slower than the transposed kernel, session 24)
 OPT_IN = frozenset({64})
 
 
