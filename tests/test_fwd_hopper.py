@@ -351,8 +351,13 @@ def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dty
             if role == "fwd"] == [(True, True)]
 
 
-def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_regs):
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", p_regs)
+def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variable, value,
+                 meta_key):
+    """One checked call of the Gluon forward (``test_kernels.check``: outputs NaN-poisoned
+    before the launch, gradients) with its config (``FLASHTILE_GLUON_FWD_CONFIG``; None: the
+    default) and a schedule switch ``variable`` set to ``value``; the launch's ``meta_key``
+    must follow the switch."""
+    monkeypatch.setenv(variable, value)
     if config:
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
     else:
@@ -361,7 +366,12 @@ def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_re
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
-    assert [meta["P_REGS"] for role, _, meta in launches if role == "fwd"] == [p_regs == "1"]
+    assert [meta[meta_key] for role, _, meta in launches if role == "fwd"] == [value == "1"]
+
+
+def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_regs):
+    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config,
+                 "FLASHTILE_GLUON_FWD_P_REGS", p_regs, "P_REGS")
 
 
 P_OPERANDS = pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers", "p-in-shared"])
@@ -400,16 +410,8 @@ def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
     items of one or two tiles, and 64-key tiles (causal: the first consumer skips a tile per
     item). Outputs (NaN-poisoned before the launch) and gradients within budget, and the launch
     given NEXT_S0."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", ahead)
-    if config:
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
-    else:
-        monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    launches = gluon_launches(monkeypatch)
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
-    assert [meta["NEXT_S0"] for role, _, meta in launches if role == "fwd"] == [ahead == "1"]
+    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config,
+                 "FLASHTILE_GLUON_FWD_NEXT_S0", ahead, "NEXT_S0")
 
 
 @pytest.mark.parametrize("d,config,applies", [
