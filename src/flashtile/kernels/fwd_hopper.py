@@ -623,16 +623,43 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
-             k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
-    """Consumer partition (one warpgroup): for each of this program's work items, half
-    ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from ``n_unmasked``
-    on get the causal mask), read from the ring in the loader's order. Writes those rows of
-    O (TMA) and LSE. The next item's Q loads as soon as the last S has read this one's.
-    ``O_IN_P``: ``o_smem`` is this consumer's second P buffer (P_1, P_3, ... are written
-    there), free from an item's last P V until the next item's second softmax: its O store
-    is waited for once S_0 of the next item has landed. ``O_IN_Q``: ``o_smem`` is this
-    consumer's Q tile, free once the item's last S has read it; the next item's Q then loads
-    only after O has left it (not as soon as that last S is done).
+             k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
+             NEXT_S0: gl.constexpr):
+    """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
+    (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
+    :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
+    if NEXT_S0:
+        _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
+                       v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
+                       group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)
+    else:
+        _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
+                         k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                         stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
+                         n_mtiles, n_work, qk_scale, HALF, BLOCK_M, BLOCK_N, HEAD_D,
+                         NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q_desc2,
+                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS)
+
+
+@gluon.jit
+def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
+                     v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
+                     seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
+                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
+                     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+                     O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
+                     q_desc2, o_desc2, q_smem2, o_smem2, k_smem2, v_smem2,
+                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
+    """A consumer whose items each start with S_0 (:func:`_consume`): for each of this program's
+    work items, half ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from
+    ``n_unmasked`` on get the causal mask), read from the ring in the loader's order. Writes
+    those rows of O (TMA) and LSE. The next item's Q loads as soon as the last S has read this
+    one's. ``O_IN_P``: ``o_smem`` is this consumer's second P buffer (P_1, P_3, ... are written
+    there), free from an item's last P V until the next item's second softmax: its O store is
+    waited for once S_0 of the next item has landed. ``O_IN_Q``: ``o_smem`` is this consumer's Q
+    tile, free once the item's last S has read it; the next item's Q then loads only after O has
+    left it (not as soon as that last S is done).
 
     ``HEAD_D2`` > 0 (d=96: 64 + 32, :func:`head_parts`): the head dim's columns from HEAD_D
     on are a second part with tiles of their own (``q_smem2``, ``k_smem2``, ``v_smem2``, the
@@ -829,7 +856,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
-    """:func:`_consume` with P in registers (``P_REGS``, a whole head dim, O apart) and each
+    """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
     start an item together) leave the tensor cores idle through their epilogues and S_0's
@@ -989,45 +1016,29 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
         o2_desc: gl.constexpr = None
     q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
     k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
-    if NEXT_S0:
+    if NEXT_S0:     # (two Q tiles per consumer: four Q barriers, the ring's two unused)
         gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q),
                          "S_0 ahead: P in registers, a whole head dim, O apart")
-        q_bars = barriers(4, 1)
-        gl.warp_specialize([
-            (_consume_ahead, (q_desc, o_desc, q_smem, o0, p_smem, q_bars, k_smem, v_smem,
-                              k_ready, v_ready, k_empty, v_empty, LSE, stride_lse_b,
-                              stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                              n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                              CAUSAL, GROUP)),
-            (_consume_ahead, (q_desc, o_desc, q_smem, o1, p_smem, q_bars, k_smem, v_smem,
-                              k_ready, v_ready, k_empty, v_empty, LSE, stride_lse_b,
-                              stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                              n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                              CAUSAL, GROUP)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
-                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
-                           v_smem2, HEAD_D2)),
-        ], [4, 1], [CONSUMER_REGS, 24])
-    else:
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem.index(0), o0, p_smem,
-                        q_bar.index(0), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                        n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                        O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                        v_smem2, HEAD_D2, P_REGS)),
-            (_consume, (q_desc, o_desc, q_smem.index(1), o1, p_smem,
-                        q_bar.index(1), k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                        n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                        O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                        v_smem2, HEAD_D2, P_REGS)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
-                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
-                           v_smem2, HEAD_D2)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+        q_bar = barriers(4, 1)
+
+    gl.warp_specialize([
+        (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                       v_smem2, HEAD_D2)),
+    ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
