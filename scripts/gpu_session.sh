@@ -41,6 +41,8 @@ for step in $STEPS; do
     alltests) # the whole suite on the GPU, in parallel processes (compiles dominate; 520 s with
       # 16 processes cut pytest's summary off in session 18, ~1,210 tests). On a machine with
       # several GPUs the workers spread over them (tests/conftest.py), one process per core.
+      # On one GPU the suite (~1,600 tests) outlasts a device call: FLASHTILE_TEST_SHARD=1/2,
+      # then =2/2 in the next call, runs half the test files each (tests/conftest.py).
       FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-560} python3 -m pytest tests -q -rfE \
         -n ${TEST_PROCS:-$(nproc)} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
     pytest) # chosen test files and filter: PYTEST_ARGS="tests/a.py tests/b.py" PYTEST_K="dropout or rng"

@@ -49,7 +49,41 @@ def backend(request):
     flashtile.set_backend(None)
 
 
+def shard_files(counts: dict[str, int], n: int) -> list[set[str]]:
+    """Test files spread over ``n`` shards of about equal test counts (``counts``: file ->
+    tests collected), largest first onto the lightest shard. Whole files stay together: a
+    file's tests share their kernels' compiles, which dominate a GPU run."""
+    shards: list[set[str]] = [set() for _ in range(n)]
+    totals = [0] * n
+    for name in sorted(counts, key=lambda f: (-counts[f], f)):
+        lightest = totals.index(min(totals))
+        shards[lightest].add(name)
+        totals[lightest] += counts[name]
+    return shards
+
+
+def _keep_shard(config, items) -> None:
+    """``FLASHTILE_TEST_SHARD=i/n`` (1 <= i <= n) keeps the i-th of n shards of the collected
+    tests (:func:`shard_files`) and reports the rest as deselected: the whole suite on one
+    GPU in n device calls (`scripts/gpu_session.sh alltests`), each within a call's limit."""
+    spec = os.environ.get("FLASHTILE_TEST_SHARD", "")
+    if not spec:
+        return
+    i, _, n = spec.partition("/")
+    if not (i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
+        raise pytest.UsageError(f"FLASHTILE_TEST_SHARD must be i/n with 1 <= i <= n (e.g. 1/2), "
+                                f"got {spec!r}")
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
+    keep = shard_files(counts, int(n))[int(i) - 1]
+    kept = [item for item in items if item.nodeid.split("::")[0] in keep]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 def pytest_collection_modifyitems(config, items):
+    _keep_shard(config, items)
     if torch.cuda.is_available():
         return
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -265,3 +265,40 @@ def test_ab_table_reads_kernel_sums_per_variant_and_round(tmp_path):
     assert "| fwd d=128 causal 512 bf16 | 100.0 / 100.0 | 90.0 / 80.0 | 0.850 |" in out, out
     wall = _run("ab_table.py", str(tmp_path), "--wall")
     assert "| fwd d=128 causal 512 bf16 | 200.0 / 300.0 | 250.0 / 250.0 | 1.000 |" in wall, wall
+
+
+def test_shards_cover_every_file_once_and_balance():
+    """``FLASHTILE_TEST_SHARD``'s split (tests/conftest.py): every file in exactly one shard,
+    whole; the shards' test counts within the largest file of each other."""
+    from conftest import shard_files
+    counts = {"a.py": 400, "b.py": 300, "c.py": 250, "d.py": 120, "e.py": 90, "f.py": 3}
+    for n in (1, 2, 3):
+        shards = shard_files(counts, n)
+        assert len(shards) == n
+        assert sorted(f for shard in shards for f in shard) == sorted(counts)
+        totals = [sum(counts[f] for f in shard) for shard in shards]
+        assert max(totals) - min(totals) <= max(counts.values()), totals
+    assert shard_files(counts, 2) == shard_files(dict(reversed(counts.items())), 2)
+
+
+def test_shard_variable_selects_and_refuses(tmp_path):
+    """``FLASHTILE_TEST_SHARD=i/2`` runs collection over a small test tree: the two shards
+    keep disjoint files that together are all; a malformed value is a usage error."""
+    for name, n in (("test_x.py", 3), ("test_y.py", 2), ("test_z.py", 1)):
+        (tmp_path / name).write_text("".join(f"def test_{k}():\n    pass\n" for k in range(n)))
+    (tmp_path / "conftest.py").write_text(
+        (Path(__file__).parent / "conftest.py").read_text())
+    seen = []
+    for spec in ("1/2", "2/2"):
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p",
+                              "no:cacheprovider", str(tmp_path)], capture_output=True,
+                             text=True, env={**os.environ, "FLASHTILE_TEST_SHARD": spec},
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        seen.append({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line})
+    assert seen[0] and seen[1] and not seen[0] & seen[1]
+    assert seen[0] | seen[1] == {"test_x.py", "test_y.py", "test_z.py"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", str(tmp_path)],
+                         capture_output=True, text=True,
+                         env={**os.environ, "FLASHTILE_TEST_SHARD": "3/2"}, cwd=tmp_path)
+    assert out.returncode != 0 and "FLASHTILE_TEST_SHARD must be i/n" in out.stdout + out.stderr
