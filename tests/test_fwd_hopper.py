@@ -98,6 +98,33 @@ def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, ca
     assert fwd_hopper.supports(q, q, q, params) == runs
 
 
+@pytest.mark.parametrize("scale,runs", [(None, True), (0.3, True), (1e-6, True), (0.0, False),
+                                         (-0.125, False)])
+def test_positive_scales_only(monkeypatch, scale, runs):
+    """The kernel takes each row's max before scaling and folds the scale into the exponent
+    (``_softmax_tile``), which needs a positive scale: a zero or negative ``softmax_scale``
+    goes to the tile-level forward, causal or not, whatever the switch. The device is
+    stubbed as an sm_90 GPU."""
+    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)
+    for causal in (False, True):
+        params, _ = _flash_params(q, q, q, 0.0, scale, causal, (-1, -1), 0.0, None, False)
+        assert fwd_hopper.supports(q, q, q, params) == runs
+
+
+@gluon_cases_over([(2, 512, 4, 4, 128), (2, 512, 4, 2, 64)])
+@pytest.mark.parametrize("scale", [0.3, -0.125, 0.0])
+def test_any_scale(gluon_calls, monkeypatch, shape, causal, dtype, scale):
+    """Outputs (NaN-poisoned) and gradients within budget for a positive scale (the Gluon
+    forward, its scale in each score's exponent) and for zero and negative ones (the
+    tile-level forward takes them: :func:`test_positive_scales_only`)."""
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal, scale=scale)
+    assert len(gluon_calls) == (scale > 0)
+
+
 @pytest.mark.parametrize("module,variable,default", [
     (fwd_hopper, "FLASHTILE_GLUON_FWD", True), (bwd_hopper, "FLASHTILE_GLUON_BWD", True),
     (dq_hopper, "FLASHTILE_GLUON_DQ", True)], ids=["fwd", "dkdv", "dq"])

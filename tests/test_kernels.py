@@ -105,6 +105,8 @@ FEATURES = {
     "alibi-h": dict(alibi="h"),
     "alibi-bh": dict(alibi="bh"),
     "scale-0.3": dict(scale=0.3),
+    "scale-negative": dict(scale=-0.2),        # (the row max is not the scaled max then)
+    "causal-scale-0": dict(causal=True, scale=0.0),
     "strided": dict(strided=True),
     "all": dict(causal=True, window=(7, -1), softcap=3.0, alibi="bh", strided=True),
 }

@@ -425,17 +425,28 @@ def varlen_sequence(slot, SEQ_ORDER, IS_VARLEN: tl.constexpr):
 
 
 @triton.jit
-def softmax_step(s2, m_i, l_i, MAY_BE_EMPTY: tl.constexpr):
+def softmax_step(s2, m_i, l_i, MAY_BE_EMPTY: tl.constexpr, scale=None):
     """One online-softmax step over a log2-domain score tile ``s2`` ``(rows, keys)``: returns
     ``(p, alpha, l_i, m_new)`` with ``p = exp2(s2 - m_new)``, the discount
     ``alpha = exp2(m_i - m_new)`` for what was accumulated so far, and the updated row sums.
     ``MAY_BE_EMPTY``: some row may have seen no visible key yet (its max stays -inf); it is
-    shifted by 0 instead, so ``exp2(-inf - -inf)`` never makes a NaN."""
-    m_new = tl.maximum(m_i, tl.max(s2, 1))
+    shifted by 0 instead, so ``exp2(-inf - -inf)`` never makes a NaN.
+
+    ``scale`` (a positive float, or None): ``s2`` is unscaled and its log2-domain scores are
+    ``s2 * scale``; the row max is taken before scaling and the scale goes into each score's
+    exponent, ``exp2(s2 * scale - m_new)``: one FFMA per score instead of a multiply and an
+    FFMA (the multiply fed the row max)."""
+    if scale is None:
+        m_new = tl.maximum(m_i, tl.max(s2, 1))
+    else:
+        m_new = tl.maximum(m_i, tl.max(s2, 1) * scale)
     m_shift = m_new
     if MAY_BE_EMPTY:
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.math.exp2(s2 - m_shift[:, None])
+    if scale is None:
+        p = tl.math.exp2(s2 - m_shift[:, None])
+    else:
+        p = tl.math.exp2(s2 * scale - m_shift[:, None])
     alpha = tl.math.exp2(m_i - m_shift)
     return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
 

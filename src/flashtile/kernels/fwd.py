@@ -40,14 +40,16 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
                HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
                INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PAGED: tl.constexpr,
-               PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
+               PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr):
     """Fold the key tiles number ``[start, stop)`` (:func:`tile_start`: contiguous, or the
     blocks listed at ``idx_ptr``) into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that. ``USE_MASK_MOD``
     evaluates the user's mask_mod (partial blocks of a block mask); ``HAS_SCORE_MOD`` applies
     the compiled score_mod (both from :mod:`flashtile.codegen`). ``PAGED``: K/V live in pages of
     ``PAGE_SIZE`` rows (a multiple of BLOCK_N, so a tile never straddles two), page
-    ``table_row[key // PAGE_SIZE]`` at ``k_base + page * stride_kp``."""
+    ``table_row[key // PAGE_SIZE]`` at ``k_base + page * stride_kp``. ``SCALE_IN_EXP`` (plain
+    scores, a positive scale: :func:`scale_in_exp`): the scores stay unscaled and the scale
+    goes into each one's exponent (:func:`.common.softmax_step`)."""
     listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
     if PAGED:
         # Block-table entries are read one tile ahead too, so a tile's K/V copies never wait on
@@ -74,8 +76,11 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         else:
             k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        s2, _ = scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale,
-                            softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
+        if SCALE_IN_EXP:
+            s2 = qk
+        else:
+            s2, _ = scores_log2(qk, rows, cols, seqlen_q, seqlen_k, slope_log2, qk_scale,
+                                softcap_log2, HAS_SOFTCAP, HAS_ALIBI)
         if HAS_SCORE_MOD:
             s2 = SCORE_MOD(s2 * LN2_K, off_b, off_h, rows, cols, sm_args) * LOG2E_K
         if HAS_BIAS:
@@ -89,7 +94,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                              HAS_LEFT, HAS_RIGHT)
             s2 = tl.where(keep, s2, float("-inf"))
         p, alpha, l_i, m_new = softmax_step(s2, m_i, l_i,
-                                            MASKED or HAS_BIAS or USE_MASK_MOD or HAS_SCORE_MOD)
+                                            MASKED or HAS_BIAS or USE_MASK_MOD or HAS_SCORE_MOD,
+                                            qk_scale if SCALE_IN_EXP else None)
         if PAGED:
             v = load_tile(v_tile, offs_t, stride_vn, offs_dv, seqlen_k - start_n, head_dv, MASKED,
                           EVEN_DV)
@@ -124,7 +130,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
-                PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr):
+                PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
                                                 IS_VARLEN)
@@ -171,7 +177,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    True, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION)
+                                   PRECISION, SCALE_IN_EXP)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs, 0,
                                    tl.load(FULL_KV_NUM + row) * per_block,
                                    FULL_KV_IDX + row * mask_nkv,
@@ -184,7 +190,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, False,
                                    True, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION)
+                                   PRECISION, SCALE_IN_EXP)
     else:
         a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
                                  window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
@@ -199,7 +205,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION)
+                                   PRECISION, SCALE_IN_EXP)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
                                    b // BLOCK_N, c // BLOCK_N, KV_IDX, table_row, stride_kb,
                                    stride_vb, offs_m, offs_d,
@@ -211,7 +217,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION)
+                                   PRECISION, SCALE_IN_EXP)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
                                    c // BLOCK_N, d // BLOCK_N, KV_IDX, table_row, stride_kb,
                                    stride_vb, offs_m, offs_d,
@@ -223,7 +229,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION)
+                                   PRECISION, SCALE_IN_EXP)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
@@ -236,6 +242,15 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     o_ptrs = (O + off_b * stride_ob + off_h * stride_oh + (q_start + offs_m[:, None]) * stride_os
               + offs_dv[None, :])
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
+
+
+def scale_in_exp(params) -> bool:
+    """Whether the forward keeps the scores unscaled and scales each in its exponent
+    (``SCALE_IN_EXP``): plain scores (no softcap, ALiBi, bias or score_mod, which work on
+    scaled ones) and a positive scale (the row max is taken before scaling). It saves a
+    multiply per score (the Gluon forward does the same, session 25)."""
+    return (params.softmax_scale > 0 and params.softcap == 0 and params.alibi_slopes is None
+            and params.attn_bias is None and params.score_mod is None)
 
 
 def _fwd_configs():
@@ -340,6 +355,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             stride_bt=params.block_table.stride(0) if paged else 0,
             HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
+            SCALE_IN_EXP=scale_in_exp(params),
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:

@@ -375,20 +375,24 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
                   CAUSAL: gl.constexpr, EXP_EMU: gl.constexpr = 0):
-    """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32: masked, scaled to the log2
-    domain; P = exp2(s - m) (fp32, the layout of ``s``; one in ``EXP_EMU`` of them by a
-    polynomial, :func:`_exp2`), the new row max, the discount ``alpha`` of the earlier tiles
-    and the new row sum (``(rows,)`` each). P is stored (fenced) to ``p_buf``, the
-    shared-memory A operand of its P V, unless ``p_buf`` is None (:func:`_rs_softmax`: P in
-    registers; in session 9's schedule that made ptxas serialise every wgmma, C7512)."""
-    s = s * qk_scale
+    """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32, unscaled: masked; P =
+    exp2(s * qk_scale - m) (fp32, the layout of ``s``; one in ``EXP_EMU`` of them by a
+    polynomial, :func:`_exp2`), the new row max m (log2 domain), the discount ``alpha`` of
+    the earlier tiles and the new row sum (``(rows,)`` each). The scale goes into each
+    score's exponent as one FFMA, and the row max is taken before scaling (``qk_scale`` > 0,
+    :func:`supports`): a separate multiply per score costs 64 of a d=64 tile's ~516
+    instructions per thread, whose issue slots (two consumers a scheduler) match the
+    tensor cores' time for the tile (offline SASS, session 25). P is stored (fenced) to
+    ``p_buf``, the shared-memory A operand of its P V, unless ``p_buf`` is None
+    (:func:`_rs_softmax`: P in registers; in session 9's schedule that made ptxas serialise
+    every wgmma, C7512)."""
     if CAUSAL:
         if j >= n_unmasked:
             cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
             s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = _exp2(s - m_new[:, None], EXP_EMU)
+    p = _exp2(s * qk_scale - m_new[:, None], EXP_EMU)
     l_i = l_i * alpha + gl.sum(p, axis=1)
     if p_buf is not None:
         p_buf.store(p.to(p_buf.dtype))
@@ -1209,6 +1213,8 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     and under ``auto`` a case of :data:`AHEAD`."""
     switch = gluon_switch("fwd_hopper")
     if switch in ("", "0") or not covers(q, k, v, params, _CONFIGS):
+        return False
+    if params.softmax_scale <= 0:   # (the row max is taken before scaling: _softmax_tile)
         return False
     if switch == "auto" and (q.shape[3], causal(params)) not in AHEAD:
         return False
