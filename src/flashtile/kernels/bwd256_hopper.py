@@ -1,53 +1,55 @@
 """Hopper dK/dV kernel at head dim 256, written in Gluon: the two consumers split the head dim.
 
-Notation: ``BLOCK_N`` keys per work item (64: one wgmma's rows), ``BLOCK_M`` queries per
-(Q, dO) tile, ``HEAD_D`` = 256 and ``HALF_D`` = 128 (a consumer's columns of dK and dV);
-``S^T`` (keys x queries) the transposed scores, ``P^T = exp2(S^T * scale*log2e - LSE*log2e)``,
-``dP^T = V dO^T``, ``dS^T = P^T (dP^T - D)`` with ``D = rowsum(dO * O)`` (the preprocess
-kernel's rows), ``dV = P^T dO``, ``dK = scale * dS^T Q``.
+Computes dK, dV (like k, v) from q, k, v ``(b, s, h, 256)``, ``dout``, LSE and D. A consumer of
+:mod:`.bwd_hopper` owns its keys and the whole head dim, and at d=256 its dK and dV (64 x 256 fp32
+each) alone would take 256 registers a thread; here both consumers take the same 64 keys and split
+the work. Cover: sm_90, dense fp16/bf16 (no varlen, paging, dropout, softcap, ALiBi, bias or
+mods), d = 256, causal only with sq = sk, lengths that are multiples of the tiles, foldable
+q/k/v/dout (:func:`.fwd_hopper.covers`, :func:`.fwd_hopper.gradient_tiles_fit`). On by default
+(``FLASHTILE_GLUON_BWD256=0``: the tile-level kernel, :mod:`.bwd`). dQ: a second pass, this
+design transposed (:mod:`.dq256_hopper`; ``FLASHTILE_GLUON_DQ256=0``: :mod:`.bwd`'s).
 
-:mod:`.bwd_hopper` gives each of its two consumer warpgroups 64 keys of its own and the whole
-head dim: at d=256 their dK and dV alone (64 x 256 fp32 each) would take 256 registers per
-thread. Here both consumers work on the same 64 keys and split the work instead:
+Notation:
 
-- **three partitions per CTA**: a one-warp *loader* loads the item's K and V tiles (64 x 256,
-  once per item) and streams (Q, dO) tiles of ``BLOCK_M`` queries x 256 by TMA through a ring
-  of ``NUM_STAGES`` slots (both consumers release a slot), over every query head of the KV
-  head's GQA group, causal items from the first query tile that sees their keys;
-- **consumer 0** computes ``S^T = K Q^T`` (contraction 256), ``P^T`` (with the causal mask)
-  and stores it (fp16/bf16) into one of two shared ``P^T`` tiles; **consumer 1** computes
-  ``dP^T = V dO^T``, reads ``P^T`` back, and stores ``dS^T`` into one of two shared ``dS^T``
-  tiles. Then consumer ``h`` adds ``dV_h += P^T dO[:, 128h:128h+128]`` and
-  ``dK_h += dS^T Q[:, 128h:128h+128]`` (64 + 64 fp32 registers per thread); consumer 0
-  takes P^T from registers, every other such operand comes from its shared tile (dS^T as
-  consumer 1's register operand made ptxas serialise every wgmma: C7512). Consumer 1
-  computes dS^T from the fp16/bf16 P^T it reads back (the product's operand anyway);
-- **overlap**: consumer 0 issues the next tile's ``S^T`` right after this tile's ``dV_0``,
-  so it runs while consumer 1 computes ``dS^T``; consumer 0 then computes the next ``P^T``
-  while its own ``dK_0`` and consumer 1's three products run (it waits for ``S^T`` and
-  ``dV_0`` before the loop's back edge, for ``dK_0`` once ``P^T`` is stored). The shared
-  ``P^T``/``dS^T`` tiles are double buffered and freed by mbarriers once the other
-  consumer's products that read them are done;
-- **registers**: the loader runs on 24 registers per thread, the consumers on up to 240;
-- **epilogue**: once every product that reads K and V is done (consumer 0 has seen the last
-  ``dS^T``, consumer 1 the last ``P^T``), consumer ``h`` stages ``scale * dK_h`` and ``dV_h``
-  in column half ``h`` of the K and V tiles and writes them by TMA.
+- work item: ``BLOCK_N`` = 64 keys (one wgmma's rows) of one (batch, KV head) (:func:`_item`), a
+  program each (``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: a program per SM, looping over items);
+  ``BLOCK_M`` queries per (Q, dO) tile, ``NUM_STAGES`` ring slots, ``CONSUMER_REGS``
+  (:data:`_CONFIGS`); ``HEAD_D`` = 256, ``HALF_D`` = 128 (a consumer's columns of dK and dV);
+  ``CAUSAL``; ``GROUP``: key tiles per causal chunk (:data:`SINGLE_UPTO` 0: always 8);
+- ``S^T = K Q^T``, ``P^T = exp2(S^T * qk_scale - LSE * log2e)``, ``dP^T = V dO^T``,
+  ``dS^T = P^T (dP^T - D)`` with ``D = rowsum(dO * O)`` (the preprocess kernel's rows),
+  ``dV = P^T dO``, ``dK = scale * dS^T Q`` (keys as rows);
+- the loader (:func:`_load`, one warp, 24 registers) loads the item's K and V once and streams
+  (Q, dO) tiles of every query head of the KV head (GQA) through the ring, causal items from
+  their first key's query tile; consumer 0 (:func:`_p_consume`): S^T, P^T and column half 0 of dK,
+  dV; consumer 1 (:func:`_ds_consume`): dP^T, dS^T and half 1 (up to 240 registers each);
+- two shared P^T and two dS^T tiles (tile t in buffer t % 2), each freed by a barrier once the
+  other consumer's products that read it are done. Shared memory: K + V 64 KB, a ring slot
+  ``2 * BLOCK_M * 256 * 2`` B, the P^T/dS^T tiles ``2 * 2 * 64 * BLOCK_M * 2`` B.
 
-Shared memory: K + V 64 KB, a ring slot ``2 * BLOCK_M * 256 * 2`` B, the ``P^T``/``dS^T``
-tiles ``2 * 2 * 64 * BLOCK_M * 2`` B (:data:`_CONFIGS`). dQ comes from a second pass: this
-design transposed, :mod:`.dq256_hopper` (``FLASHTILE_GLUON_DQ256=0``: the tile-level dQ
-kernel, :mod:`.bwd`). Work items are 64 keys of one (batch, KV head), one program each by
-default (``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: one program per SM, each
-looping over items; the next item's first (Q, dO) tiles load during this item's epilogue,
-its K and V once this item's dK and dV have left them).
+Schedule per (Q, dO) tile t:
 
-Cover: sm_90, fp16/bf16, dense (no varlen, paging, dropout, softcap, ALiBi, bias or mods),
-d = 256 for q, k and v, causal only with sq = sk, lengths that are multiples of the tiles,
-foldable q/k/v/dout (:func:`.fwd_hopper.covers`, :func:`.fwd_hopper.gradient_tiles_fit`),
-dQ in two passes. On by default on sm_90 (``FLASHTILE_GLUON_BWD256=0`` turns it off): on
-the H200 (session 19, alternating runs, kernel sums) forward+backward took 0.57-0.61x the
-time of the tile-level backward's at 4k and 16k, causal or not, 0.55x -> 0.91-0.97x cuDNN
-(issue 7: the tile-level backward reached 0.44 of d=128's fraction of peak).
+- consumer 0 (:func:`_p_tile`): P^T (causal mask) into its tile; ``dV_0 += P^T dO[:, :128]``
+  (P^T from registers); issue S^T_{t+1}, which runs while consumer 1 computes dS^T;
+  ``dK_0 += dS^T Q[:, :128]``; the next P^T is computed while dK_0 and consumer 1's three
+  products run (S^T and dV_0 waited for before the back edge, dK_0 once P^T is stored);
+- consumer 1 (:func:`_ds_tile`): dS^T from the fp16/bf16 P^T it reads back (the product's operand
+  anyway) into its tile; ``dK_1 += dS^T Q[:, 128:]``, ``dV_1 += P^T dO[:, 128:]`` (both from the
+  shared tiles: dS^T as a register A operand made ptxas serialise every wgmma, C7512); issue
+  dP^T_{t+1};
+- epilogue: once every product that reads K and V is done, consumer h stages ``scale * dK_h`` and
+  ``dV_h`` in column half h of the K and V tiles and stores them by TMA; the next item's K and V
+  load once both halves have left, after its first ``NUM_STAGES`` (Q, dO) tiles.
+
+Measured (H200, forward+backward, kernel sums):
+
+- against the tile-level backward: 0.57-0.61x its time at 4k and 16k, causal or not; 0.55x ->
+  0.91-0.97x cuDNN (session 19);
+- 64 queries x 2 slots against 32 x 4: time 0.95-0.98x, 1.01x at 16k unmasked (session 19);
+- offline (sm_90a): every config tried, 0 B of spills and no wgmma serialised; rejected: dS^T
+  as consumer 1's register operand (C7512), S^T_{t+1} waited for at the next tile's top (C7514).
+
+Details, commands and raw data: docs/perf.md.
 """
 from __future__ import annotations
 

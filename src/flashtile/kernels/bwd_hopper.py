@@ -1,87 +1,79 @@
-"""Hopper dK/dV kernel written in Gluon: the backward's larger half with FA3's register budget.
+"""Hopper dK/dV kernel in Gluon: the backward's larger half, warp-specialised, with FA3's registers.
 
-The tile-level dK/dV kernel (:mod:`.bwd`) keeps dK and dV (two ``BLOCK_N x d`` fp32
-accumulators) plus S, dP, P and dS in the registers of one program. At d = 128 its best
-config spills (372 B per thread at 64x128, 8 warps; docs/perf.md, session 8), and Triton
-cannot give more registers to the warps that do the math. This kernel can:
+Computes dK, dV (like k, v) from q, k, v ``(b, s, h, d)``, ``dout``, LSE and ``D = rowsum(dO * O)``
+(the preprocess kernel's rows) for d in {64, 96, 128} (d=256: :mod:`.bwd256_hopper`). Cover:
+:func:`.fwd_hopper.covers` (sm_90, dense fp16/bf16, causal only with sq = sk, foldable layouts),
+lengths that are multiples of the tiles and a foldable ``dout``. On by default
+(``FLASHTILE_GLUON_BWD=0``: the tile-level kernel of :mod:`.bwd`, which spills at d=128 and
+cannot give its math warps more registers). dQ: a second pass (:mod:`.bwd`'s dQ kernel;
+:mod:`.dq_hopper` at d=96) or this pass where :func:`one_pass` measured ahead
+(``FLASHTILE_BWD_DQ=atomic`` forces it, ``two-pass`` or ``deterministic=True`` avoids it); at
+d=128 the one pass runs :mod:`.bwdrows_hopper` by default.
 
-- **three partitions per CTA**: a one-warp *loader* streams (Q, dO) tiles by TMA into a
-  ring of ``NUM_STAGES`` slots; two four-warp *consumers* (one warpgroup each) own
-  ``BLOCK_N`` keys apiece, keep their K and V tiles in shared memory, and read every (Q, dO)
-  slot once between them;
-- **registers**: the loader runs on 24 registers per thread, the consumers on up to 240, which
-  hold dK, dV, S^T, dP^T and the bf16 P^T, dS^T operands without spilling;
-- **transposed products**, so the keys are the rows everywhere: ``S^T = K Q^T``,
-  ``dP^T = V dO^T``, ``P^T = exp2(S^T * scale*log2e - LSE*log2e)``,
-  ``dS^T = P^T (dP^T - D)``, ``dV += P^T dO``, ``dK += dS^T Q`` (P^T and dS^T go to the
-  tensor cores from registers; Q and dO from shared memory, read as they are and transposed);
-- **GQA**: a CTA walks the query tiles of every query head of its KV head, so dK and dV are
-  summed in registers and written once;
-- **work items**: a program takes items ``program_id``, ``+ num_programs``, ... (128 keys of
-  one KV head each) through one (Q, dO) ring; in a persistent grid each consumer's K and V
-  alternate between two buffers, so the next item's load runs during the current one and its
-  dK/dV stores leave without a wait (one program per item: one buffer each, which measured
-  +0.4% to +4% forward+backward at d=128 2k/8k in alternating runs, session 15). By default
-  (:func:`persistent_ahead`) the grid is one program per SM at d=64 (forward+backward +9% to
-  +29% at 512, -1% to +7% at 1k-16k) and one per item at d=128 (where one per SM measured up
-  to 8.5% behind; session 12) and d=96 (d=128's rule, unmeasured).
-  ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``=0`` forces either.
+Notation:
 
-Each consumer issues the next tile's S^T and dP^T right after this tile's dV and dK, and waits
-for all four once per tile: ptxas serialises every wgmma of a stage in which ordinary
-instructions touch an accumulator still in flight. One tile at a time instead
-(FlashAttention-3's order per warpgroup, S^T and dP^T accumulated onto the rows' -LSE and -D
-so that 64-query tiles fit the registers in two passes) was built in session 21 and measured
-in session 22 (H200, two alternating rounds, backward kernel sums): +14% to +33% at 64 x 32,
-and at 64 x 64 only level with the overlapped two passes; removed after (docs/perf.md,
-session 22; the code is in git history, 31e9a46). Nsight Compute read the default
-kernel at d=128, 4k: tensor pipe 49%, L1/shared 71%, against cuDNN's backward kernel's 64%
-and 69% (2.90 against 2.30 ms): cuDNN does ~1.3x the tensor work per shared-memory byte.
-The transposed N=32 products that read both operands from shared memory are the suspects
-(docs/perf.md, session 22).
+- work item: ``2 * BLOCK_N`` keys of one (batch, KV head) (:func:`_item`); a program takes items
+  ``program_id``, ``+ num_programs``, ...; an item's (Q, dO) tiles cover every query head of its
+  KV head in turn (GQA: dK, dV summed in registers, written once), causal items from their
+  first key's query tile;
+- ``BLOCK_N`` keys per consumer (64), ``BLOCK_M`` queries per tile, ``NUM_STAGES`` ring slots,
+  ``CONSUMER_REGS`` (:data:`_CONFIGS`); ``HEAD_D``, ``HEAD_D2`` (:func:`.fwd_hopper.head_parts`);
+  ``CAUSAL``; ``GROUP`` (:data:`SINGLE_UPTO`); ``KV_BUFS``: K/V buffers per consumer (2 in a
+  persistent grid); ``ONE_PASS``: dQ added here; ``DQ_LATE``: a tile's dQ part leaves under the
+  next tile's products;
+- the *loader* (one warp, 24 registers, :func:`_load_q_do`) streams (Q, dO) by TMA into the ring
+  (``ready``; ``empty``: count 2); two *consumers* (a warpgroup each, up to 240 registers,
+  ``HALF`` 0/1, :func:`_dkdv_consume`) keep their K and V in shared memory (``kv_bar``); one
+  pass: ``ds_ready`` (both dS^T tiles stored), ``ds_free`` (both consumers' dQ products done);
+- keys as rows: ``S^T = K Q^T``, ``dP^T = V dO^T``, ``P^T = exp2(S^T * qk_scale - LSE * log2e)``,
+  ``dS^T = P^T (dP^T - D)``, ``dV += P^T dO``, ``dK += dS^T Q`` (P^T, dS^T register A operands).
 
-dQ comes from a second pass (the tile-level dQ kernel) and ``D = rowsum(dO * O)`` from the
-preprocess kernel, except in one pass (:func:`one_pass`, the default where it measured
-ahead; ``FLASHTILE_BWD_DQ=atomic`` forces it, ``two-pass`` or ``deterministic=True`` avoids
-it): both consumers store dS^T to shared tiles, each computes its part of the tile's
-``dQ^T = K^T dS^T`` summed over both consumers' keys (at d=128 half of the head dim, at d=64
-half of the queries: 64 x 32 fp32, 16 registers), and the part leaves through shared memory
-as a TMA reduction (``cp.reduce.async.bulk.tensor.add``, summed in the L2) into an fp32
-accumulator: 5 tile products instead of the two passes' 7, and 17 GB of fp32 adds at d=128,
-16k, 16 heads. Per-thread ``red.global.add.f32`` tiles ran at 1.5 TB/s (session 13; that
-one-pass kernel was 30-43% slower at d=128); FlashAttention-3 takes the TMA path for dQ.
-Session 14 (forward+backward against two passes, same runs): d=64 +4% to +9%, d=128 +2% to
-+10% except at 16k unmasked (-1%) and causal 1k (see :func:`one_pass`). Offline (sm_90a,
-no wgmma serialised): at d=128, with one K/V buffer per consumer, 0 B of spills unmasked and
-8 B causal (88-116 B with two); d=64's persistent grid 0 B unmasked, 32 B causal
-(item-level scalars).
-d=96 (issue 7: with the tile-level backward, forward+backward reached 0.61-0.63 of d=128's
-fraction of peak): Gluon's shapes are powers of two, so, as in the forward
-(:func:`.fwd_hopper.head_parts`), the head dim runs as two parts of 64 and 32 columns (the
-kernel's ``HEAD_D``, ``HEAD_D2``), each with shared tiles and TMA descriptors of its own (Q,
-dO, K, V; dK and dV leave per part through K's and V's tiles): S^T and dP^T each chain two
-wgmma through the accumulator, and dK and dV are a 64-column and a 32-column accumulator
-each, fed the same register P^T and dS^T operands. ``HEAD_D2`` = 0 compiles d=64/128 as
-before (the same PTX, offline). Two passes only (:func:`has_one_pass`). Offline (sm_90a,
-bf16, 4k; causal or not, one program per item or per SM): 64 keys x 32 queries x 4 slots
-compiles with 0 B of spills and 8 waits for 80 HGMMA (96 KB of shared memory, 144 KB with
-two K/V buffers); 64 queries spill item-level scalars outside the tile loop (28 B unmasked,
-76 B causal; 0 / 64 B in a persistent grid) with 8 waits for 112 HGMMA. On the H200
-(session 20, one round, bf16, 16k tokens) forward+backward reached 366 / 381 TFLOP/s
-unmasked and 322 / 346 causal at 4k / 16k, 0.82-0.88x cuDNN in the same run (the tile-level
-backward: 0.68-0.70x at 4k, session 19). Session 21 (two alternating rounds, 1k/4k/16k):
-64 queries per tile took 0.89-0.93x the kernel time of 32, and with the Gluon dQ kernel
-(:mod:`.dq_hopper`, on by default at d=96 since) 0.77-0.88x: forward+backward 0.91-1.02x
-cuDNN in the same runs. Both are the defaults; the persistent grid on top of them moved
-kernel time by -3% to +3% (one program per item stays), and the causal chunks (d=128's
-rule) are not swept.
+Schedule (a consumer, per item):
 
-The cover is that of :mod:`.fwd_hopper` (dense fp16/bf16, d in {64, 96, 128} (not d=256,
-which has :mod:`.bwd256_hopper`), lengths that are multiples of the tiles, causal only with
-sq = sk, foldable layouts), plus a foldable ``dout``. On by default on sm_90
-(``FLASHTILE_GLUON_BWD=0`` turns it off): in the same runs as cuDNN it lifted
-forward+backward from 0.73x to 0.80x cuDNN (geomean of d 64/128 x 1k/4k/16k x causal;
-docs/perf.md, session 10); d=96 takes it by the same switch.
+1. Wait for K/V (one pass: the other consumer's K too), issue tile 0's S^T and dP^T, start the
+   next item's K/V load into the other buffer once the previous item's dK, dV have left it
+   (persistent grid; placed after the last tile's wait, this load made ptxas serialise every
+   wgmma), and wait for tile 0 before dK/dV's zeros exist (else ptxas serialises every wgmma).
+2. Per tile t: one wait for S^T, dP^T, dV, dK; free slot t-1; P^T, dS^T (one pass: dS^T to its
+   shared tile); issue dV, (its dQ^T part,) dK; (one pass: wait for dQ^T, free the dS^T tiles,
+   reduce it;) issue tile t+1's S^T and dP^T (``DQ_LATE``: the reduction after them).
+3. dK * scale and dV through the K and V tiles by TMA (one pass: once the other consumer's last
+   dQ products have read this K).
+
+- One wait per tile with the next S^T, dP^T issued right after dV, dK: ptxas serialises every
+  wgmma of a stage in which ordinary instructions touch an accumulator still in flight.
+- ``BLOCK_M`` = 32 at d=128: at 64, dK, dV, S^T and dP^T fill 192 of the 240 registers and ptxas
+  spills and serialises (C7512); at d=96 dK + dV are 96 registers, so 64 queries fit.
+- One pass: a consumer's part of ``dQ^T = K^T dS^T`` over both consumers' keys (d=128: half the
+  head dim; d=64: half the queries) leaves through shared memory as a TMA reduce-add (summed in
+  L2) into an fp32 accumulator (:func:`dq_acc_shape`): 5 tile products against two passes' 7.
+  Not at d=96 (:func:`has_one_pass`: the parts would be 64 and 32 rows; a wgmma's rows are 64).
+- d=96: 64 + 32 columns as in the forward; S^T and dP^T chain two wgmma each, the same P^T, dS^T
+  feed both parts' dK, dV, which leave per part through K's and V's tiles. ``HEAD_D2`` = 0
+  compiles d=64/128 to the same PTX as before.
+
+Measured (H200, forward+backward; "time": kernel time):
+
+- against :mod:`.bwd`'s kernel (372 B of spills at d=128, session 8): 0.73x -> 0.80x cuDNN
+  (session 10); d=96 in two parts: 0.68-0.70x -> 0.82-0.88x cuDNN (sessions 19-20);
+- persistent grid (:func:`persistent_ahead`, ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces):
+  d=64 +9% to +29% at 512, -1% to +7% beyond (session 12); d=128 mostly behind, by up to 12%
+  (sessions 12, 15); d=96 time -3% to +3% (session 21);
+- one K/V buffer per consumer where a program has one item: +0.4% to +4% at d=128 (session 15);
+- one pass (:func:`one_pass`): d=64 +4% to +9%, d=128 +2% to +10% but not 16k unmasked or causal
+  1k (session 14); d=128 causal, the early pass: time -2% to -3% at 512/1k (session 16);
+- d=96 at 64 queries per tile: time 0.89-0.93x of 32; with :mod:`.dq_hopper` 0.77-0.88x,
+  0.91-1.02x cuDNN (session 21);
+- offline: none serialised; spills 0-8 B at d=128 (88-116 B with two K/V buffers), elsewhere
+  item-level scalars only (up to 76 B, d=96 causal);
+- Nsight Compute, d=128 4k: tensor pipe 49%, L1/shared 71% (cuDNN 64%, 69%); suspects: the
+  transposed N=32 products reading both operands from shared memory (session 22; hence
+  :mod:`.bwdrows_hopper`);
+- rejected: one tile at a time (FA3's order, S^T, dP^T accumulated onto -LSE and -D), time +14%
+  to +33% at 64 x 32, level at 64 x 64 (session 22, git 31e9a46); per-thread
+  ``red.global.add.f32`` dQ, 30-43% slower at d=128 (session 13).
+
+Details, commands and raw data: docs/perf.md.
 """
 from __future__ import annotations
 

@@ -1,107 +1,85 @@
 """Hopper dK/dV + dQ kernel (one pass) in Gluon with the queries as rows: FlashAttention-3's layout.
 
-:mod:`.bwd_hopper` computes its products transposed (keys as rows, 32 queries per tile); its
-three N=32 products with both operands in shared memory are bound by shared-memory bandwidth
-(Nsight Compute, H200, d=128 4k bf16: tensor pipe 49%, L1/shared 71%). This kernel takes
-the layout of FlashAttention-3's backward instead, at d=128 and in one pass only (dQ added
-by TMA reductions into an fp32 accumulator, as :mod:`.bwd_hopper`'s one pass does).
+Computes dK, dV (like k, v) and adds ``softmax_scale * dS K`` into the fp32 accumulator of
+:func:`.bwd_hopper.dq_acc_shape` by TMA reductions (as :mod:`.bwd_hopper`'s one pass), in FA3's
+layout: :mod:`.bwd_hopper`'s transposed N=32 products (keys as rows, 32 queries per tile) with both
+operands in shared memory are bound by shared-memory bandwidth. The default since session 22 for
+the one pass of :func:`.bwd_hopper.dkdv` at d=128 (:func:`takes`: query lengths that are multiples
+of 64; :func:`enabled`: ``FLASHTILE_GLUON_BWD_ROWS`` unset, ``auto`` or ``1``; ``0`` keeps
+:mod:`.bwd_hopper`'s kernel); two passes, ``deterministic=True`` and the other head dims run
+:mod:`.bwd_hopper`; d=64 (:data:`OPT_IN`) runs here only with ``FLASHTILE_GLUON_BWD_ROWS=1``.
 
-Notation (per work item: 128 keys of one KV head, :func:`.bwd_hopper._item`):
+Notation (at d=128; a work item: 128 keys of one KV head, :func:`.bwd_hopper._item`):
 
-- two consumer warpgroups; consumer ``HALF`` owns keys ``[64 HALF, 64 HALF + 64)`` of the
-  item, its K and V tiles (``BLOCK_N x HEAD_D`` = 64 x 128) in shared memory;
-- a one-warp loader (:func:`.bwd_hopper._load_q_do`) streams (Q_j, dO_j) tiles of
-  ``BLOCK_M`` = 64 queries into a ring of ``NUM_STAGES`` = 2 slots, every query head of the
-  KV head in turn (GQA), the causal item starting at its first key's query tile;
-- per query tile j, consumer ``HALF`` (:func:`_tile`):
+- ``BLOCK_N`` = 64 keys per consumer, ``BLOCK_M`` = 64 queries per (Q, dO) tile, ``HEAD_D`` = 128,
+  ``NUM_STAGES`` = 2 ring slots, ``CONSUMER_REGS`` = 240 (:data:`_CONFIGS`); ``CAUSAL``;
+  ``GROUP``: the causal chunks :mod:`.bwd_hopper` chooses (8 key tiles at d=128);
+  ``PERSISTENT``: a program per SM looping over items (:func:`persistent`), causal items of odd
+  rounds reversed (``SNAKE``);
+- consumer ``HALF`` (a warpgroup) owns keys ``[64 HALF, 64 HALF + 64)`` of the item, their K and
+  V tiles (64 x 128) in shared memory, and dQ's columns ``[64 HALF, 64 HALF + 64)``;
+- the loader (one warp, :func:`.bwd_hopper._load_q_do`) streams (Q_j, dO_j) tiles into the ring,
+  every query head of the KV head in turn (GQA), a causal item from its first key's query tile;
+- per consumer shared tiles ``p_smem``, ``ds_smem`` (64 x 64 fp16/bf16), ``dq_smem`` (64 x 64
+  fp32) and, persistent, ``dv_stage``; barriers ``ready``/``empty`` per slot, ``kv_bar`` per
+  consumer, ``ds_ready`` (both dS halves stored), ``ds_free`` (both consumers' dQ products done).
 
-  1. ``S = Q_j K^T`` and ``dP = dO_j V^T`` (M = 64 queries, N = 64 keys, K = d; both
-     operands from shared memory, K and V through a permuted view), issued one tile ahead
-     (below);
-  2. rows are queries: ``P = exp2(S * scale * log2e - LSE * log2e)`` (causal: key <= query),
-     ``dS = P * (dP - D)``;
-  3. P and dS (fp16/bf16) into its own 64 x 64 shared tiles ``p_smem[HALF]``,
-     ``ds_smem[HALF]``, fenced and announced on ``ds_ready`` (once both consumers' dQ
-     products of tile j-1 have released the dS tiles, ``ds_free``);
-  4. ``dV += P^T dO_j`` and ``dK += dS^T Q_j`` (M = 64 keys, N = d, K = 64 queries; A is the
-     transposed, MN-major view of its P / dS tile, B the ring slot's dO / Q);
-  5. once both dS halves are in: ``dQ_j[:, 64 HALF : 64 HALF + 64] = dS_0 K_0[:, part] +
-     dS_1 K_1[:, part]`` (M = 64 queries, N = 64, K = 2 x 64 keys, two wgmma chained), out
-     through the fp32 shared tile ``dq_smem[HALF]`` as a TMA reduce-add
-     (:func:`.bwd_hopper._tma_reduce_add`) into the accumulator of
-     :func:`.bwd_hopper.dq_acc_shape` (whose TMA blocks are exactly such 64 x 64 parts);
-  6. S and dP one tile ahead: once dV, dK and dQ of tile j are issued, ``S_{j+1}`` goes in
-     behind them, then one wait for dV, dK and dQ (``warpgroup_mma_wait(1)``: S_{j+1} stays
-     in flight), the ring slot goes back to the loader and the dS tile to the other
-     consumer, the dQ part is staged in shared memory, and ``dP_{j+1}`` is issued (into the
-     registers the dQ part leaves) before the dQ reduction. Tile 0's S and dP are issued
-     before the loop; the last tile (no j+1) is peeled. So the tensor pipe has this
-     consumer's next products while it waits and stages, not only the other consumer's.
+Schedule, per query tile j and consumer ``HALF`` (:func:`_tile`):
 
-  At the end, once the other consumer's last dQ products have read this one's K, dK (times
-  the softmax scale) and dV leave by TMA through the K and V tiles, or, in a persistent
-  grid (below), through the dQ staging tile (64 x 64 fp32, reinterpreted as 64 x 128
-  fp16/bf16) and a dV staging tile while the K and V tiles take the next item's load.
+1. ``S = Q_j K^T`` and ``dP = dO_j V^T`` (M = 64 queries, N = 64 keys, K = d; both operands in
+   shared memory), issued one tile ahead (step 6);
+2. ``P = exp2(S * qk_scale - LSE * log2e)`` (causal: key <= query), ``dS = P (dP - D)``;
+3. P and dS (fp16/bf16) into ``p_smem[HALF]``, ``ds_smem[HALF]`` once both consumers' dQ
+   products of tile j-1 have released the dS tiles (``ds_free``); fenced, announced on ``ds_ready``;
+4. ``dV += P^T dO_j``, ``dK += dS^T Q_j`` (M = 64 keys, N = d; A: the transposed view of the P /
+   dS tile, B: the ring slot's dO / Q);
+5. once both dS halves are in, its dQ columns ``part`` = ``[64 HALF, 64 HALF + 64)``:
+   ``dQ_j[:, part] = dS_0 K_0[:, part] + dS_1 K_1[:, part]`` (M = 64 queries, K = 2 x 64 keys,
+   two chained wgmma), out through ``dq_smem[HALF]`` as a TMA reduce-add
+   (:func:`.bwd_hopper._tma_reduce_add`; the accumulator's TMA blocks are such 64 x 64 parts);
+6. ``S_{j+1}`` is issued behind dV, dK and dQ, then one wait for those three
+   (``warpgroup_mma_wait(1)``: S_{j+1} stays in flight); slot and dS tile go back; the dQ part
+   is staged; ``dP_{j+1}`` is issued (into the registers the dQ part leaves) before the
+   reduction. So the tensor pipe has this consumer's next products while it waits and stages.
+   Tile 0's S and dP are issued before the loop; the last tile is peeled.
 
-The grid (:func:`persistent`): unmasked, one program per SM, each taking items
-``program_id``, ``+ num_programs``, ... (the loader's ring and the barriers' phases counted
-across them), so that an item's dK/dV epilogue overlaps the next item's K/V and Q/dO loads;
-causal, one program per item (dK and dV leave through the K and V tiles; no dV staging
-tile: 197,024 B). ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. The causal order
-of :func:`.bwd_hopper._item` with chunks of 1 (``GROUP`` as :mod:`.bwd_hopper` chooses it);
-a persistent causal grid takes its odd rounds' items in reverse (``SNAKE``, session 24: in
-chunks of 8 key tiles per head, program p would otherwise take tile p % 8 of a chunk in
-every round, the heaviest tile always to the same programs; session 23 measured the
-persistent causal grid without it 13-35% slower at 512-2k). Offline that costs 4 B of
-spills at 4k (one store); not yet run on a GPU.
-Registers per consumer thread (240): dK, dV 64 + 64, S, dP 32 + 32, the dQ part 32. S, dP,
-dK, dV and dQ all live at once would need 224 of them: with ``S_{j+1}`` and ``dP_{j+1}``
-both issued before the wait for tile j's products, ptxas spilled S (512 B unmasked, 516 B
-causal) and serialised every wgmma (C7512); hence dP after the staging. Shared memory at
-d=128: K, V 64 KB, the ring 2 x 32 KB, P, dS 32 KB, the dQ staging 32 KB: 192 KB (+
-barriers); persistent, the dV staging 32 KB more.
+At an item's end, once the other consumer's last dQ products have read this K, dK * scale and dV
+leave by TMA through the K and V tiles; persistent, through the dQ staging tile (read as 64 x 128
+fp16/bf16) and ``dv_stage`` while K and V take the next item's load.
 
-The default since session 22 (:func:`enabled`: unset, ``auto`` or ``1``; ``0`` keeps
-:mod:`.bwd_hopper`'s transposed kernel; anything else a ValueError):
-:func:`.bwd_hopper.dkdv`'s one-pass calls at d=128 run here (:func:`takes`: query lengths
-that are multiples of 64 as well); two passes, ``deterministic=True`` and the other head dims
-keep :mod:`.bwd_hopper`. At d=64 (:data:`OPT_IN`: only with ``FLASHTILE_GLUON_BWD_ROWS=1``)
-a consumer's dQ part is 64 queries x 32 columns (an N=32 wgmma whose B operand is a
-32-column slice of a 128-byte-swizzled K tile; the accumulator's TMA blocks 64 x 32): 0 B of
-spills, 96 HGMMA for 8 waits, 115,104 B of shared memory per item (causal) and 131,504 B
-persistent (unmasked), offline. On the H200 (session 24) its gradients pass the GPU tests,
-but its backward kernels took 10-18% longer than the transposed kernel's at 512-16k (level
-at causal 512), so it stays opt-in; at d=64 a consumer's accumulators leave room for a
-third ring slot or two programs per SM, untried.
+- dP_{j+1} after the staging: S, dP, dK, dV and the dQ part (32 + 32 + 64 + 64 + 32 registers)
+  would need 224 of 240 at once; with S_{j+1} and dP_{j+1} both issued before the wait for tile
+  j's products, ptxas spilled S (512 B) and serialised every wgmma (C7512).
+- The opaque zeros (``r >> 30``) in :func:`_tile` and :func:`_item_grads`: the shared tiles' wgmma
+  descriptors, hoisted as loop invariants, spilled (284 B in the tile loop, 344 B in the item loop).
+- Grid (:func:`persistent`; ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces it): unmasked, a
+  program per SM, so that an epilogue overlaps the next item's loads; causal, a program per item
+  (items of unequal length in a fixed turn leave programs idle) and no ``dv_stage``. In chunks of 8
+  key tiles, program p of a persistent causal grid would take tile p % 8 of every chunk in every
+  round, the heaviest tile always to the same programs: hence ``SNAKE``.
+- Shared memory: K, V 64 KB, the ring 64 KB, P, dS 32 KB, dQ staging 32 KB (197,024 B in all);
+  persistent, ``dv_stage`` 32 KB more (229,808 B).
+- d=64: a dQ part is 64 queries x 32 columns (an N=32 wgmma whose B is a 32-column slice of a
+  128-byte-swizzled K tile).
 
-Offline (sm_90a, bf16, 1k, 16 heads, triton 3.6's ptxas; ``scripts/inspect_kernels.py
---gluon --one-pass --d 128 [--causal] [--seqlen 4096]``), one program per item and
-persistent alike: 0 B of spills (consumers at 240 registers by ``setmaxnreg``; ptxas
-reports the kernel's 168), 197,024 B of shared memory (persistent 229,808 B), 128 HGMMA
-(per consumer and tile: S 8, dP 8, dV 4, dK 4, dQ 2 x 4; the loop and the peeled last
-tile) for 8 wgmma waits, no C75xx warning. A first version held the shared tiles'
-wgmma descriptors as loop invariants and spilled 284 B inside the tile loop, and the item
-loop did the same with tile 0's K and V descriptors (344 B): see the opaque zeros in
-:func:`_tile` and :func:`_item_grads`.
+Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 
-On the H200 (bf16, 16k tokens, backward kernel sums, two alternating rounds each):
+- this layout one tile at a time against :mod:`.bwd_hopper`'s: -4.1% to -7.3%; Nsight Compute at
+  4k: tensor pipe 52% (transposed 49%), issue slots 20% busy: the consumers waited (session 22);
+- S and dP one tile ahead: -4.7% to -8.2%; Nsight Compute at 4k unmasked 2,502 µs against cuDNN's
+  2,302, tensor pipe ~56% (session 23);
+- persistent grid: unmasked -0.6% to -6.3%; causal (before ``SNAKE``) +1% to +35% (session 23);
+  ``SNAKE``: 4 B of spills offline, not yet run on a GPU (session 24);
+- forward+backward kernels 0.95-0.99x cuDNN unmasked, 0.90-0.99x causal (session 23);
+- d=64: correct, but 10-18% slower than the transposed kernel (session 24), so opt-in; a third
+  ring slot or two programs per SM there are untried;
+- offline (``scripts/inspect_kernels.py --gluon --one-pass --d 128 [--causal]``): 0 B of spills,
+  128 HGMMA for 8 waits, no C75xx warning;
+- rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
+  +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
+  reductions), +3% to +10.5%.
 
-- session 22, this layout one tile at a time against the transposed kernel: -4.1% / -7.3% /
-  -6.1% unmasked at 1k / 4k / 16k, -4.3% / -6.2% / -5.1% causal; Nsight Compute at 4k
-  unmasked 2,699 us (the transposed kernel 2,900, cuDNN's 2,302), tensor pipe 52% (49%,
-  64%), issue slots 20% busy: the consumers waited more than they issued;
-- session 23, S and dP ahead against one tile at a time: -4.7% / -5.2% / -6.0% unmasked,
-  -7.7% / -5.9% / -8.2% causal (backward alone by do_bench 0.90-0.97x cuDNN unmasked,
-  0.94-1.00x causal); Nsight Compute at 4k 2,502 us unmasked (cuDNN's 2,302), 1,318 causal
-  (1,297), tensor pipe ~56%;
-- session 23, the persistent grid unmasked (:func:`persistent`): -0.6% to -6.3% at 512-16k.
-  Forward+backward kernels then 0.95-0.99x cuDNN unmasked, 0.90-0.99x causal.
-
-Tried and removed (session 23, same rounds): dQ one tile late with the dS tiles
-double-buffered so that the consumers may drift apart by a tile (-0.2% to -2.8%, within the
-noise; +16 KB of shared memory), and each consumer's dQ over its own 64 keys and all 128
-columns, so no dS handshake between the consumers but twice the TMA reduce traffic (+3% to
-+10.5%).
+Details, commands and raw data: docs/perf.md.
 """
 from __future__ import annotations
 

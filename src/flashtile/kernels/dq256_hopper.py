@@ -1,61 +1,60 @@
 """Hopper dQ kernel at head dim 256, written in Gluon: the two consumers split dQ's head dim.
 
-Notation: ``BLOCK_M`` query rows per work item, ``BLOCK_N`` keys per (K, V) tile, ``HEAD_D``
-= 256 and ``HALF_D`` = 128 (a consumer's columns of dQ); ``S = Q K^T``,
-``P = exp2(S * scale*log2e - LSE*log2e)``, ``dP = dO V^T``, ``dS = P (dP - D)`` with
-``D = rowsum(dO * O)`` (the preprocess kernel's rows), ``dQ = scale * dS K``.
-
-This is :mod:`.bwd256_hopper`'s design transposed (keys and queries swap roles). A consumer
-warpgroup of :mod:`.dq_hopper` owns its own query rows and the whole head dim: at d=256 its
-dQ (64 x 256 fp32) alone would take 128 registers per thread beside S and dP. Here both
-consumers take the same ``BLOCK_M`` query rows and split the work:
-
-- **three partitions per CTA**: a one-warp *loader* loads the item's Q and dO tiles
-  (``BLOCK_M`` x 256, once) and streams (K, V) tiles of ``BLOCK_N`` keys x 256 by TMA
-  through a ring of ``NUM_STAGES`` slots (:func:`.fwd_hopper._load_kv`; both consumers
-  release a slot);
-- **consumer 0** computes ``S = Q K^T`` (contraction 256), ``P`` (with the causal mask on
-  the tiles that reach past the item's first row) and stores it (fp16/bf16) into one of two
-  shared ``P`` tiles; **consumer 1** computes ``dP = dO V^T``, reads ``P`` back and stores
-  ``dS`` into one of two shared ``dS`` tiles. Then consumer ``h`` adds
-  ``dQ_h += dS K[:, 128h:128h+128]`` (64 fp32 registers per thread at 64 rows), dS from its
-  shared tile (a register A operand made ptxas serialise the wgmmas of :mod:`.dq_hopper` and
-  :mod:`.bwd256_hopper`);
-- **overlap**: consumer 0 issues the next tile's ``S`` once ``P`` is stored, so it runs while
-  consumer 1 computes ``dS``; it computes the next ``P`` while its ``dQ_0`` product runs
-  (it waits for the next ``S`` before the loop's back edge, as :mod:`.bwd256_hopper` does).
-  Consumer 1 issues the next ``dP`` right after its ``dQ_1`` product (which so computes while
-  it waits for V) and waits for both before the back edge. ``P`` is freed as soon as
-  consumer 1 has read it, ``dS`` once consumer 0's product that reads it is done (consumer
-  1's own precedes its next store);
-- **registers**: the loader runs on 24 registers per thread, the consumers on up to
-  ``CONSUMER_REGS``;
-- **epilogue**: consumer ``h`` stages ``scale * dQ_h`` in column half ``h`` of a tile only it
-  reads (consumer 0: Q, once its last ``S`` is done; consumer 1: dO, once its last ``dP`` is)
-  and writes it by TMA (:func:`.bwd256_hopper._store_half`).
-
-Causal: an item visits the key tiles up to its last query row, heaviest (last) query tiles
-first, in chunks of 8 tiles per head (:func:`.fwd_hopper._work_tile`, :func:`.fwd_hopper.
-causal_group`; ``FLASHTILE_GLUON_DQ256_GROUP`` forces the chunk); GQA: a query head
-reads its KV head's K and V (:func:`.fwd_hopper._work_block`). One program per work item
-(``BLOCK_M`` query rows of one (batch, query head)).
-
-Shared memory: Q + dO ``2 * BLOCK_M * 512`` B, a ring slot ``2 * BLOCK_N * 512`` B, the
-``P``/``dS`` tiles ``4 * BLOCK_M * BLOCK_N * 2`` B: 224 KB at the default 64 rows x 64 keys
-x 2 slots (:data:`_CONFIGS`, with the offline verdicts).
-
-Why a module of its own rather than a kernel in :mod:`.bwd256_hopper`: the Gluon switches,
-config overrides and plan keys are per module (:data:`.common.GLUON_SWITCHES`), and the
-backward picks a dQ module by the interface of :mod:`.dq_hopper` (``supports``, ``dq``); the
-shared pieces come from :mod:`.bwd256_hopper` and :mod:`.fwd_hopper`.
-
-Cover: that of :mod:`.bwd256_hopper` (:func:`.fwd_hopper.covers` at d=256,
+Computes dQ (like q) from q, k, v ``(b, s, h, 256)``, ``dout``, LSE and D in the backward's
+second pass: :mod:`.bwd256_hopper`'s design transposed. A consumer of :mod:`.dq_hopper` owns its
+rows and the whole head dim, and at d=256 its dQ (64 x 256 fp32) alone would take 128 registers
+a thread beside S and dP; here both consumers take the same query rows and split the work.
+Cover: :mod:`.bwd256_hopper`'s (:func:`.fwd_hopper.covers` at d=256,
 :func:`.fwd_hopper.gradient_tiles_fit`), dQ in two passes. On by default on sm_90
-(``FLASHTILE_GLUON_DQ256=0`` runs the tile-level dQ kernel, :mod:`.bwd`, 128x32 / 8 warps /
-2 stages at d=256): on the H200 (docs/perf.md, session 20; one round, bf16, 16k tokens, the
-same run as cuDNN) forward+backward went from 404 / 398 to 438 / 419 TFLOP/s unmasked at
-4k / 16k (+8% / +5%) and from 353 / 398 to 389 / 414 causal (+10% / +4%); the 32-key x 4-slot
-config gained less (+2% to +6%).
+(``FLASHTILE_GLUON_DQ256=0``: the tile-level dQ kernel of :mod:`.bwd`, 128x32 / 8 warps / 2
+stages at d=256). A module of its own: switches, config overrides and plan keys are per module
+(:data:`.common.GLUON_SWITCHES`), and the backward picks dQ modules by their ``supports``, ``dq``.
+
+Notation:
+
+- work item: ``BLOCK_M`` = 64 query rows of one (batch, query head), a program each; causal,
+  heaviest first in chunks of ``GROUP`` tiles per head (:func:`.fwd_hopper.causal_group`: 8, or
+  1 up to :data:`SINGLE_UPTO`; ``FLASHTILE_GLUON_DQ256_GROUP`` forces it), key tiles up to the
+  item's last row (:func:`.fwd_hopper._work_block`; GQA: a query head reads its KV head's K, V);
+- ``BLOCK_N`` keys per K/V tile, ``NUM_STAGES`` ring slots, ``CONSUMER_REGS`` (:data:`_CONFIGS`);
+  ``HEAD_D`` = 256, ``HALF_D`` = 128 (a consumer's columns of dQ); ``CAUSAL``;
+- ``S = Q K^T``, ``P = exp2(S * qk_scale - LSE * log2e)``, ``dP = dO V^T``, ``dS = P (dP - D)``
+  with ``D = rowsum(dO * O)`` (the preprocess kernel's rows), ``dQ = scale * dS K``;
+- the loader (:func:`_load`, one warp, 24 registers) loads Q and dO once (``q_bar``) and streams
+  (K, V) tiles through the ring (:func:`.fwd_hopper._load_kv`; both consumers release a slot);
+  consumer 0 (:func:`_p_consume`): S, P and dQ's column half 0; consumer 1 (:func:`_ds_consume`):
+  dP, dS and half 1;
+- two shared P and two dS tiles (tile j in buffer j % 2) with ``*_ready`` and ``*_free`` barriers;
+  shared memory: Q + dO ``2 * BLOCK_M * 512`` B, a ring slot ``2 * BLOCK_N * 512`` B, the P/dS
+  tiles ``4 * BLOCK_M * BLOCK_N * 2`` B (224 KB at the default 64 rows x 64 keys x 2 slots).
+
+Schedule per K/V tile j:
+
+- consumer 0 (:func:`_p_tile`): P_j (causal mask on the tiles that reach past the item's first
+  row) into its tile; issue S_{j+1}, which runs while consumer 1 computes dS_j; once dS_j has
+  landed, ``dQ_0 += dS_j K_j[:, :128]``; the next P is computed while dQ_0 runs (S_{j+1} waited
+  for before the back edge, as in :mod:`.bwd256_hopper`). With two slots K_{j+1} loads only once
+  tile j-1's dQ products are done, so S_{j+1} may wait for it;
+- consumer 1 (:func:`_ds_tile`): P_j read back (its tile freed at once), dS_j into its tile
+  (freed once consumer 0's product that reads it is done), ``dQ_1 += dS_j K_j[:, 128:]``, then
+  dP_{j+1}, so dQ_1 computes while it waits for V_{j+1}; both waited for before the back edge.
+  Both read dS from its shared tile: as a register A operand it made ptxas serialise the wgmmas
+  of :mod:`.dq_hopper` and :mod:`.bwd256_hopper`;
+- epilogue: consumer h stages ``scale * dQ_h`` in column half h of a tile only it reads (consumer
+  0: Q, once its last S is done; consumer 1: dO, once its last dP is) and stores it by TMA
+  (:func:`.bwd256_hopper._store_half`).
+
+Measured (H200, bf16, 16k tokens, forward+backward, one round):
+
+- against the tile-level dQ kernel: +8% / +5% unmasked at 4k / 16k, +10% / +4% causal (session 20);
+- 32 keys x 4 slots (no wait for K, but m64n32 S and dP): +2% to +6% over the tile-level dQ,
+  behind the default at all four points (session 20);
+- offline: every 64-row config tried, 0 B of spills and no wgmma serialised; 128 rows x 32 keys
+  spill 112-120 B (dQ's half alone is then 128 registers a thread), so rows are 64;
+- rejected (offline): consumer 1's dQ_1 and next dP in flight across the back edge (C7511, every
+  wgmma serialised, even with every wgmma waited for at once).
+
+Details, commands and raw data: docs/perf.md.
 """
 from __future__ import annotations
 

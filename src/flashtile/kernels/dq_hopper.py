@@ -1,56 +1,53 @@
-"""Hopper dQ kernel written in Gluon: the backward's other half with the dK/dV kernel's structure.
+"""Hopper dQ kernel in Gluon: the backward's other half, with the dK/dV kernel's structure.
 
-The tile-level dQ kernel (:mod:`.bwd`) leaves its schedule to Triton's compiler. This kernel
-states it, as :mod:`.bwd_hopper` does for dK/dV, with the roles of queries and keys swapped:
+Computes dQ (like q) from q, k, v ``(b, s, h, d)``, ``dout``, LSE and ``D = rowsum(dO * O)`` (the
+preprocess kernel's rows) in the backward's second pass: :mod:`.bwd_hopper`'s schedule with
+queries and keys swapped. Cover: :mod:`.bwd_hopper`'s (dense fp16/bf16, d in {64, 96, 128},
+causal only with sq = sk, foldable q/k/v/dout, lengths that are multiples of the tiles), two-pass
+dQ, no bias gradient. ``FLASHTILE_GLUON_DQ`` unset or ``auto`` runs the head dims of
+:data:`AHEAD` (d=96, which the tile-level dQ kernel pads to 128; d=64/128 add dQ in the dK/dV
+pass by default), ``1`` every covered call, ``0`` none; the rest runs :mod:`.bwd`'s dQ kernel.
 
-- **three partitions per CTA**: a one-warp *loader* streams (K, V) tiles by TMA into a ring of
-  ``NUM_STAGES`` slots (the forward's loader, :func:`.fwd_hopper._load_kv`); two four-warp
-  *consumers* (one warpgroup each) own ``BLOCK_M`` query rows apiece, keep their Q and dO tiles
-  in shared memory, and read every (K, V) slot once between them;
-- **registers**: the loader runs on 24 registers per thread, the consumers on up to 240, which
-  hold dQ, S and dP without spilling;
-- **products** per K/V tile: ``S = Q K^T``, ``dP = dO V^T``,
-  ``P = exp2(S * scale*log2e - LSE*log2e)``, ``dS = P (dP - D)``, ``dQ += dS K``; dQ is scaled
-  by the softmax scale once at the end and written by TMA through Q's tile;
-- **dS through shared memory**: each consumer stores its fp16/bf16 dS tile to a shared-memory
-  tile that the dQ product reads. As a register A operand (the dK/dV kernel's way) ptxas
-  serialised every wgmma of this kernel (C7512 at 128 keys per tile; C7511 at 64 or 32 keys,
-  with dS in registers or in shared memory); with dS in shared memory and 128 keys per tile
-  it keeps them asynchronous (one wait per tile) at every head dim and mask;
-- **causal**: a CTA visits the key tiles up to its last query row, its heaviest (last) query
-  tiles first; a consumer masks keys past its rows in the tiles that reach them and only
-  releases the tiles past its own last row (the other consumer's diagonal) without reading them.
+Notation:
 
-Each consumer issues the next tile's S and dP right after this tile's dQ product and waits
-for all three once per tile: ptxas serialises every wgmma of a stage in which ordinary
-instructions touch an accumulator still in flight (see :mod:`.fwd_hopper`).
+- one program: ``2 * BLOCK_M`` query rows of one (batch, query head), causal heaviest first
+  (:func:`.fwd_hopper._query_block`); ``BLOCK_M`` rows per consumer (64), ``BLOCK_N`` keys per
+  K/V tile (128), ``NUM_STAGES``, ``CONSUMER_REGS`` (:data:`_CONFIGS`); ``HEAD_D``, ``HEAD_D2``
+  (:func:`.fwd_hopper.head_parts`); ``CAUSAL``;
+- the loader (one warp, 24 registers) is the forward's (:func:`.fwd_hopper._load_kv`: K and V
+  land on ``k_ready``, ``v_ready``; a slot is refilled once both consumers arrived on ``empty``);
+  two consumers (:func:`_dq_consume`, up to 240 registers) keep their Q, dO and dS tiles in shared
+  memory and both read every slot;
+- ``S = Q K^T``, ``dP = dO V^T``, ``P = exp2(S * qk_scale - LSE * log2e)``, ``dS = P (dP - D)``,
+  ``dQ += dS K``; dQ scaled once at the end and stored by TMA through Q's tile.
 
-d=96 (the tile-level dQ kernel pads it to 128: a quarter of its MACs wasted): as in the
-forward and the dK/dV kernel (:func:`.fwd_hopper.head_parts`), the head dim runs as two parts
-of 64 and 32 columns (the kernel's ``HEAD_D``, ``HEAD_D2``), each with shared tiles and TMA
-descriptors of its own (Q, dO, K, V; dQ leaves per part through Q's tiles): S and dP each
-chain two wgmma through the accumulator, and dQ is a 64-column and a 32-column accumulator,
-``dQ += dS K_1`` and ``dQ_2 += dS K_2`` from the same shared dS tile. ``HEAD_D2`` = 0
-compiles d=64/128 as before (the same PTX once the debug lines are stripped, offline).
-Offline (sm_90a, bf16 and the anchors' shape, causal or not): 128 keys x 3 slots compiles
-with 0 B of spills and 8 waits for 112 HGMMA in 229,848 B of shared memory (2 slots: the
-same verdict in 180,648 B); 64 keys serialise every wgmma (C7511, 80 waits for 80 HGMMA, at
-2, 3 and 4 slots), as at d=64/128. On the H200 (session 21, bf16, 1k/4k/16k, causal or not)
-it took 0.91-0.95x the forward+backward kernel time of the tile-level dQ kernel (which pads
-d=96 to 128) beside the 32-query dK/dV kernel, and with the 64-query one 0.83-0.94x; 2 slots
-gained less than 3 (one round: 0.97-1.01x). So d=96 takes it by default (:data:`AHEAD`).
+Schedule (a consumer): S_0, dP_0 issued and waited for before dQ's zeros exist; per tile j one
+wait for S_j, dP_j and dQ, slot j-1 freed, dS_j into the shared dS tile, ``dQ += dS_j K_j``
+issued, then S_{j+1} and dP_{j+1}; the last tile peeled. Causal: a consumer masks the tiles that
+reach past its first row and releases those past its last row (the other consumer's diagonal)
+unread, each after it has landed so that the release counts towards its own lap.
 
-The cover is that of :mod:`.bwd_hopper` (dense fp16/bf16, d in {64, 96, 128}, lengths that
-are multiples of the tiles, causal only with sq = sk, foldable q/k/v/dout, the two-pass dQ
-mode, no bias gradient); here the tiles are 2 * BLOCK_M query rows and BLOCK_N keys.
-``D = rowsum(dO * O)`` still comes from the preprocess kernel; the backward's launch plan
-holds this kernel's launch like the others (:func:`.plans.gluon_launch`).
+- One wait per tile with the next S and dP issued right after dQ: ptxas serialises every wgmma of
+  a stage in which ordinary instructions touch an accumulator still in flight.
+- dS goes through shared memory: as a register A operand (the dK/dV kernel's way) ptxas
+  serialised every wgmma (C7512 at 128 keys; C7511 at 64 or 32 keys, dS in registers or shared
+  memory); with dS in shared memory and 128 keys it serialises none, at every head dim and mask.
+- d=96: 64 + 32 columns as in the forward, each part with its own tiles and descriptors; S and dP
+  chain two wgmma each, ``dQ += dS K_1`` and ``dQ_2 += dS K_2`` read the same dS tile, dQ leaves
+  per part through Q's tiles. ``HEAD_D2`` = 0: the same PTX as before (debug lines stripped).
 
-Status at d=64/128 (docs/perf.md, session 10): correct on the H200 (every GPU test), but no
-net gain over the tile-level dQ kernel: +2-8% at most 4k/16k points, behind at several 1k
-points (which are near host-bound on that host), equal geomean; and their default one pass
-adds dQ in the dK/dV kernel. So there it is opt-in: ``FLASHTILE_GLUON_DQ=1`` runs every
-covered call through it, ``0`` none, unset or ``auto`` the head dims of :data:`AHEAD`.
+Measured (H200, bf16, 1k/4k/16k):
+
+- d=64/128: correct, no net gain over the tile-level dQ kernel (+2-8% at most 4k/16k points,
+  behind at several 1k, equal geomean; session 10): opt-in there;
+- d=96: forward+backward kernel time 0.91-0.95x of the tile-level dQ kernel's beside the 32-query
+  dK/dV kernel, 0.83-0.94x beside the 64-query one (session 21): the default; 3 slots 0.93-0.97x
+  where 2 took 0.97-1.01x (one round);
+- offline (the d=64/128 configs chosen so, no GPU sweep): 128 keys compile with 0 B of spills and
+  one wait per tile (d=96, 3 slots: 8 waits for 112 HGMMA, 229,848 B of shared memory); 64 and
+  32 keys serialise every wgmma (C7511).
+
+Details, commands and raw data: docs/perf.md.
 """
 from __future__ import annotations
 

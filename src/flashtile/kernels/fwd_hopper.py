@@ -1,137 +1,102 @@
-"""Hopper forward written in Gluon: explicit warp specialisation and asynchronous wgmma.
+"""Hopper forward in Gluon: FlashAttention-3's warp-specialised schedule with asynchronous wgmma.
 
-The tile-level kernel (:mod:`.fwd`) leaves the schedule to Triton's compiler. On sm_90 this
-kernel states it (FlashAttention-3's structure, written from its paper's description):
+Computes ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)`` (natural log) as the
+tile-level forward (:mod:`.fwd`) does, so the backward is shared, but states the schedule that
+:mod:`.fwd` leaves to Triton. It covers the dense hot path: sm_90, fp16/bf16, d = dv in {64, 96,
+128, 256}, no dropout, bias, softcap, ALiBi, window or mods, lengths that are multiples of the
+tile, causal only with ``seqlen_q == seqlen_k``, ``softmax_scale`` > 0, q/k/v whose (batch,
+seqlen) and (heads, d) axes each fold into one (the usual contiguous ``(b, s, h, d)``).
+``FLASHTILE_GLUON_FWD`` unset or ``auto`` runs the cases of :data:`AHEAD` (all but d=64 causal),
+``1`` every covered call, ``0`` none; :func:`supports` decides, other calls run :mod:`.fwd`.
 
-- **three partitions per CTA**: a one-warp *loader* streams K and V tiles by TMA into a ring
-  of ``NUM_STAGES`` shared-memory slots; two four-warp *consumers* (one warpgroup each) own
-  ``BLOCK_M`` query rows apiece and read every K/V slot once between them;
-- **registers moved to the math**: the loader runs on 24 registers per thread, so the
-  consumers can hold S, the next S and O (up to 240 registers per thread, no spills); P goes
-  to the tensor cores through a shared-memory tile (see below);
-- **intra-warpgroup overlap** of both products: per tile j a consumer issues ``P_j V_j``,
-  runs the next tile's softmax (mask, row max, exp2, row sums, P_{j+1} into the other of two
-  shared-memory P buffers) while it computes, issues ``S_{j+2}``, then waits for ``P_j V_j``
-  alone and discounts O while ``S_{j+2}`` computes (14 waits for 72 HGMMA, no spills). In
-  session 11 only ``S_{j+1}`` overlapped the exp2 and row sums; the full overlap measured
-  +3% to +6% at d=128 unmasked and +2% to +3% at d=64 unmasked, -3% to +1% causal
-  (session 12, branch ``gluon-fwd-overlap`` against main in one call). An item's first
-  softmax overlaps ``S_1`` where that measured ahead (:func:`early_s1`);
-- **work items**: a program takes items ``program_id``, ``+ num_programs``, ... (128 query
-  rows of one head each; causal: heaviest first, in snake order and in chunks of 8 tiles
-  per head (:func:`causal_group`: +1% to +12% at d=128 up to 8k, session 13), see
-  :func:`_work_tile`)
-  through one K/V ring, loads the next item's Q as soon as the last ``S`` has read the
-  current one and leaves O's TMA store in flight. By default the grid is one program per SM
-  (the shared memory, ~225 KB, holds one), so one item's epilogue and the next one's loads
-  overlap: against one program per item (session 12, same runs) +19% to +40% at 512, +8% to
-  +23% at 1k, +2% to +8% at 2k/4k, even at 8k/16k (-1% to +5% once causal items ran in snake
-  order; -2% to -8% at causal 8k/16k before). ``FLASHTILE_GLUON_FWD_PERSISTENT=0`` launches
-  one program per item.
+Notation:
 
-Causal items (session 24): a consumer reads only the key tiles its own rows reach
-(:func:`_own_tiles`: with tiles no wider than its 64 rows the first consumer skips the item's
-last tile and releases its slot unread) and masks from its own first row; kernel time -4.4% /
--2.7% at d=128 causal 512 / 1k, -2% to -5% at d=256. And each item's S_0 is issued before the
-previous item's epilogue (:func:`next_s0`, :func:`_consume_ahead`: two Q tiles per consumer;
--3.4% at d=128 causal 512, -0.6% to -0.9% at 1k-16k). At 512 keys the causal forward is
-bound by neither the tensor cores nor HBM (Nsight Compute, session 24: 127 µs against
-cuDNN's 104, 36% of SM throughput; with chunks of 1, 400 MB read from DRAM against 201 MB in
-head-by-head order, at the same time within 2%): the per-item latencies are what is left.
+- work item: ``2 * BLOCK_M`` query rows of one (batch, head); by default a program per SM takes
+  items ``program_id``, ``+ num_programs``, ... through one ring, so that an epilogue overlaps the
+  next loads (:func:`programs`; ``FLASHTILE_GLUON_FWD_PERSISTENT=0``: a program per item);
+- ``BLOCK_M`` (64 rows per consumer), ``BLOCK_N`` (keys per tile), ``NUM_STAGES``,
+  ``CONSUMER_REGS``: :data:`_CONFIGS`; ``HEAD_D``, ``HEAD_D2``: the head dim's parts
+  (:func:`head_parts`: 64 + 32 at d=96, else d + 0; ``*_desc2``, ``*_smem2``, ``acc2``: the
+  second's); ``CAUSAL``; ``GROUP``: tiles per chunk of the causal order (:func:`causal_group`);
+- ``P_REGS`` (:func:`p_in_registers`): P in registers as P V's A operand, else in two shared P
+  buffers per consumer (d=256: O's 128 registers leave no room); ``EARLY_S1`` (:func:`early_s1`):
+  S_1 before an item's first softmax, P buffers only; ``NEXT_S0`` (:func:`next_s0`): S_0 before
+  the previous item's epilogue; ``O_IN_P``, ``O_IN_Q`` (:func:`o_in_p`, :func:`o_in_q`): O leaves
+  through the consumer's second P buffer or its Q tile (neither: O tiles of its own); ``EXP_EMU``
+  (:func:`exp_emu`): one in EXP_EMU of P's exponentials by a polynomial on the FMA pipes;
+- the *loader* (one warp, 24 registers, :func:`_load_works`) streams K/V tiles by TMA into the
+  *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
+  and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
+  ``k_empty``, ``v_empty`` (count 2: both consumers); ``q_bar`` per Q tile;
+- ``m_i`` row max (log2 domain, scaled), ``l_i`` row sum, ``alpha`` discount, ``acc`` O (fp32).
 
-Wider key tiles at d=128: 128 keys x 2 slots (14 waits for 96 HGMMA, no spills) needs
-256 KB with O apart; with O staged in each consumer's second P buffer (:func:`o_in_p`) it
-takes 224 KB. With one "empty" barrier per slot two slots hung (session 13: the consumer
-issues S_{j+2} before it frees slot j, whose V_j its P_j V_j still reads), so K and V are
-freed apart: K_j once S_j is done, V_j once P_j V_j is (:func:`_load_kv_ring`). Half the
-softmax steps per key: against 64 keys x 4 slots (session 14, same run) +11%/+21%/+8% at
-d=128 unmasked 1k/4k/16k (619 TFLOP/s at 4k, 1.03x cuDNN), +1%/+7.5%/+7% causal, so it is
-d=128's default (:data:`_CONFIGS`); at d=64 it measured -4.5% to +1%. Session 9's contrary
-finding had every wgmma serialised.
+Schedule (a consumer, per item), then the constraints that shape the code:
 
-d=256 (issue 7: the tile-level forward reached 0.78 of d=128's fraction of peak there): a
-consumer's O alone takes 128 registers per thread and the two Q tiles 64 KB, so 64 keys x 2
-slots (224 KB) is the widest tile that fits, and only with O staged in each consumer's Q tile
-(:func:`o_in_q`: O apart needs 288 KB, and a 64-key P buffer cannot hold it); the next
-item's Q then loads once O has left, not under the item's last P V. Offline (sm_90a, both
-dtypes, causal or not) it compiles with 14 waits for 120 HGMMA and no spills with S_1 issued
-after the first softmax (:func:`early_s1`); 32 keys x 2/3/4 slots compile clean too (208 /
-176 / 208 KB). On the H200 (session 19, alternating runs, kernel sums) it took 0.61-0.77x the
-tile-level forward's time at 1k-16k, causal or not (4k unmasked: 444 -> 601 TFLOP/s), so it
-runs there by default (:data:`AHEAD`); d=256's dK/dV has a kernel of its own
-(:mod:`.bwd256_hopper`).
+1. Wait for Q; issue S_0 and wait for it before O's zeros exist (:func:`_start`): an ordinary
+   write to an accumulator while a wgmma is in flight makes ptxas serialise every wgmma (C7515).
+2. Per tile j, P in registers (FA3's order, :func:`_rs_products`, :func:`_rs_softmax`): issue
+   S_{j+1}, issue P_j V_j, wait for S_{j+1} alone and free K_{j+1}, softmax into P_{j+1} while
+   P_j V_j computes, wait for P_j V_j, free V_j, discount O. With P buffers (d=256, or
+   ``FLASHTILE_GLUON_FWD_P_REGS=0``): issue P_j V_j, wait for S_{j+1}, softmax into the other
+   buffer, issue S_{j+2}, wait for P_j V_j alone and discount O while S_{j+2} computes.
+3. O = acc / l leaves by TMA, not waited for (the next epilogue or the kernel's end waits), LSE =
+   m + log l (:func:`_write_out`). The next item's Q loads once the last S has read this one.
 
-d=96 (issue 7: the tile-level forward, which pads it to 128, reached 0.61 of d=128's fraction
-of peak): Gluon's shapes are powers of two, and padding to 128 here too would spend a third
-more MACs (at best 0.75), so the head dim runs as two parts, 64 + 32 columns
-(:func:`head_parts`; the kernel's ``HEAD_D``, ``HEAD_D2``): Q, K, V and O tiles of each part,
-each part's own TMA descriptors over the same folded view (the second's columns from
-``h * 96 + 64``; boxes of 128 and 64 bytes a row, swizzled 128 and 64 bytes), S = Q_1 K_1^T +
-Q_2 K_2^T (two wgmma chained through the accumulator), two O accumulators (64 and 32
-columns, both rescaled) and two TMA stores. ``HEAD_D2`` = 0 compiles the other head dims
-exactly as before (the same PTX, offline). 128 keys x 2 slots takes 208 KB with O apart (O
-staged elsewhere would save 24 KB, too little for a third 128-key slot: 232 KB), and
-compiles offline with 14 waits for 132 HGMMA and no spills with S_1 after the first softmax
-(:func:`early_s1`); 64 keys x 4/5/6 slots compile clean too. On the H200 (session 19, one
-round: the second was cut by the call's limit) it reached 433 / 454 / 465 TFLOP/s unmasked
-and 284 / 416 / 440 causal at 1k / 4k / 16k, against the tile-level forward's 288 / 355 /
-374 and 217 / 315 / 374 (+18% to +50%), so it runs there by default (:data:`AHEAD`); d=96's
-dK/dV runs in :mod:`.bwd_hopper`'s kernel in the same split tiles (its dQ in two passes).
+- K and V are freed apart (:func:`_load_kv_ring`): with one "empty" barrier per slot two slots
+  hung (S_{j+2} needs K_{j+2} in slot j, whose V_j the unfinished P_j V_j still reads).
+- ``anchor``: the row sums are stored before the wait for P V only to hold the softmax above it;
+  otherwise ptxas hoists the wait to just after the row max and nothing overlaps.
+- P in registers in session 9's order made ptxas serialise every wgmma (C7512); FA3's does not.
+- Where O leaves is set by shared memory (:data:`SHARED_BYTES`, one CTA an SM): d=128 at 128 keys x
+  2 slots with P buffers takes 256 KB with O apart, 224 KB through P (free from an item's last
+  P V to the next item's second softmax: :func:`_first_softmax` waits for the store); at d=256
+  (two Q tiles alone 64 KB) 64 keys x 2 slots is the widest tile: 224 KB with O through Q,
+  288 KB apart (a 64-key P buffer cannot hold O), and the next Q loads only once O has left.
+- ``NEXT_S0`` (:func:`_consume_ahead`, two Q tiles per consumer): S_0 is issued and waited for
+  in one turn (in flight across the back edge every wgmma was serialised, C7511/C7517); O is
+  normalised in its own turn and stored under the next S_0 (ptxas waits for all wgmma in flight
+  before a use of registers that a wgmma wrote in an earlier turn).
+- Causal order (:func:`_work_tile`): heaviest first, odd rounds of a persistent grid reversed
+  ("snake"), in chunks of GROUP tiles per head so that concurrent programs share K/V in L2. A
+  consumer reads only the tiles its rows reach (:func:`_own_tiles`); a slot it skips is released
+  after its load lands (:func:`_pass_slot`: an earlier arrival counts for the previous load).
+- d=96: shapes are powers of two and padding to 128 costs a third more MACs, so two parts with
+  tiles and TMA descriptors of their own over one folded view (the second from column
+  ``h * 96 + 64``), S summed over both (chained wgmma), two O accumulators; one register P feeds
+  both products (its layout does not depend on the output's width). Each wgmma is a commit group,
+  so waits leave two in flight, not one. ``HEAD_D2`` = 0 compiles to the same PTX as before.
+- The scale is one FFMA in each score's exponent, the row max taken before scaling
+  (:func:`_softmax_tile`): hence ``softmax_scale`` > 0.
 
-P in registers (d=64 and d=128 by default since session 21, d=96 since session 22:
-:func:`p_in_registers`): P V
-takes P as wgmma's register A operand in FA3's order (issue S_{j+1}, issue P_j V_j, wait for
-S_{j+1}, softmax into P_{j+1}, wait for P_j V_j, discount O; :func:`_rs_softmax`), with no P
-buffers (O apart). Per tile and consumer that drops the 16 KB store of P, its fence and the
-16 KB that the wgmma read back from shared memory (about a quarter of the kernel's
-shared-memory traffic at d=128). Offline (sm_90a) it compiles with 14 waits for 72/96 HGMMA,
-none serialised, the whole softmax between the two waits, and no spills except d=128 causal
-at 128 keys x 2 slots (16 B outside the tile loop; P through shared memory spills 12 B
-there). On the H200 (session 21, one round against two of P through shared memory, bf16,
-1k/4k/16k) kernel time fell by 3.6-9.2% at d=128, causal or not (4k unmasked: 567-572 ->
-671 TFLOP/s, 1.10x cuDNN in the same run), and by 2.8-6% at d=64 unmasked.
-``FLASHTILE_GLUON_FWD_P_REGS=0`` stores P to shared memory as before (the session-11 path,
-which d=256 keeps). At d=96 one register P
-feeds both parts' products (O_1 with 64 columns, O_2 with 32): the A operand's register
-layout does not depend on the product's width (the dot-operand layouts with either output
-as parent are one linear layout), so P is converted once, as at d=64/128. Offline (sm_90a,
-bf16, 1k) it compiles with 14 waits for 132 HGMMA, none serialised, the exp2 between the
-two waits, 148 KB of shared memory (213 KB with P buffers) and no spills, except one 4-byte
-value causal (loaded once per partition, outside the loops). On the H200 (session 22, two
-alternating rounds, bf16, 1k/4k/16k) kernel time fell by 7-11% unmasked and 1-7% causal.
-Without P buffers a third 128-key slot fits (for sweeps:
-``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): at d=96 with O apart (193 KB), at d=128 with
-O through Q (:func:`o_in_q`, 225 KB); offline both compile like their 2-slot configs. On
-the H200 (session 22, two rounds) it was not taken: d=128 +0% to +5% kernel time (-2% causal
-1k), d=96 -1% to -2% unmasked but +4% causal 1k.
+Measured (H200; "time": kernel time, else throughput against the alternative):
 
-History (docs/perf.md, session 9): correct against the float64 reference on the H200, and at
-parity with the autotuned tile-level forward (-3% to +5% per point at 4k and 16k), not ahead; a
-ping-pong variant (the consumers taking turns at the tensor cores through mbarriers) measured
-2-30% slower and was dropped. Session 10 measured it below the tile-level forward (geomean
-0.75x against 0.81x cuDNN over d 64/128 x 1k/4k/16k x causal, worst at causal 1k).
+- P in shared memory, none serialised: d=128 -3% to +10%, d=64 unmasked ahead at 7 of 8 points,
+  d=64 causal -3% to -23% (session 11);
+- both products overlapped: +2% to +6% unmasked, -3% to +1% causal (session 12);
+- persistent grid: +19% to +40% at 512, -1% to +5% at 8k/16k (session 12);
+- snake order: without it the persistent causal forward lost 2-8% at 8k/16k (session 12);
+- causal chunks of 8: +1% to +12% at d=128; of 1 up to :data:`SINGLE_UPTO` (sessions 13, 15);
+- 128 keys x 2 slots at d=128: +8% to +21% unmasked, +1% to +7.5% causal; at d=64 the same
+  change -4.5% to +1% (session 14);
+- :data:`_NARROW` at d=128 causal: time 0.89-1.00x up to 1k, 1.05-1.09x at 2k-16k (session 18);
+- ``EARLY_S1``: time -1% to -5.5%, +1% to +2% at d=128 unmasked (session 17); d=96/256 spill;
+- d=256 here: time 0.61-0.77x of :mod:`.fwd`'s; d=96 in two parts: +18% to +50% (session 19);
+- P in registers: time -2.8% to -9.2% at d=64/128 (session 21), -1% to -11% at d=96 (session 22);
+- d=64 causal with P in registers: still 4-14% slower than :mod:`.fwd` (session 22);
+- own tiles per consumer (causal): time -2% to -5% at d=128 512/1k and d=256 (session 24);
+- ``NEXT_S0``: time -0.6% to -3.4% at d=128 causal, +0.3% to +1.7% unmasked (session 24);
+- d=128 causal 512: neither tensor- nor HBM-bound; per-item latencies remain (Nsight, session 24);
+- ``EXP_EMU``: opt-in, unmeasured here (session 13, on the session-12 kernel: -14% to +5%);
+- offline (``scripts/inspect_kernels.py --gluon``, the 128-key defaults and d=256): none
+  serialised, no spills in the tile loops;
+- ping-pong consumers (turns at the tensor cores): 2-30% slower, session 9 (dropped);
+- one 8-warp ``pipelined`` partition issuing its own loads: 6-20% slower, session 10 (removed);
+- a third 128-key slot (``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): time -2% to +5%, session 22
+  (not taken);
+- setmaxnreg 168-248, 16- to 128-key tiles, issue orders, no O rescale: no cure for session 9's
+  serialisation (offline).
 
-Those measurements had none of the intended overlap: ptxas serialised every wgmma of the
-kernel (C7512, "insufficient register resources"; each HGMMA followed by a wait), found
-offline with ``scripts/inspect_kernels.py --gluon``. Neither ``setmaxnreg`` (168 to 248), tile
-widths (16 to 128 keys), issue order nor dropping O's rescale changed that verdict; P as a
-register A operand of ``P V`` did: with P stored to a shared-memory tile, the kernel compiles
-with one wait per tile (8 for 48 HGMMA) and no spills at d 64/128, causal or not. On the H200
-(session 11, same runs as cuDNN, bf16, 1k/4k/16k) that put it ahead of the tile-level forward
-at d=128 (+2% to +10% at five of six points, -3% at causal 1k), even with it at d=64 without
-a mask (+0.5% to +9% at 4k and 16k; +16% and -7% at 1k in two calls), and behind it at d=64
-causal (-3% to -23%; no config of the sweep closed that). So by default
-(``FLASHTILE_GLUON_FWD`` unset or ``auto``) it runs the cases of :data:`AHEAD` only (d=64
-unmasked included: ahead at 7 of its 8 measured points); ``=1`` runs every covered call
-through it, ``=0`` none. A ``pipelined`` schedule (one 8-warp partition issuing its own
-loads) measured 6-20% slower than the warp-specialised one in session 10 and was removed.
-
-It covers the dense hot path only: fp16/bf16, d = dv in {64, 96, 128, 256}, no dropout, bias,
-softcap, ALiBi, window or mods, sequence lengths that are multiples of the tile, causal only with
-``seqlen_q == seqlen_k``, and q/k/v whose (batch, seqlen) and (heads, d) axes each fold into one
-(the usual contiguous ``(b, s, h, d)``). :func:`supports` says whether a call qualifies; the
-forward falls back to the tile-level kernel otherwise. Outputs are those of :mod:`.fwd`: out
-``(b, sq, hq, d)`` and lse float32 ``(b, hq, sq)`` (natural log), so the backward is shared.
+Details, commands and raw data: docs/perf.md.
 """
 from __future__ import annotations
 
