@@ -135,6 +135,26 @@ def test_forward_exponentials_by_polynomial_compile_clean(monkeypatch, tmp_path)
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
+def test_forward_three_consumers_compile_clean(monkeypatch, mask):
+    """``FLASHTILE_GLUON_FWD_CONSUMERS=3`` (kernels/fwd_hopper.py, opt-in): the forward at d=64
+    with three consumer warpgroups (the first on 168 registers a thread, the others on 160, the
+    loader on 24) compiles for sm_90a without spills, its wgmmas asynchronous (21 waits for 72
+    HGMMA: 7 a consumer), in one H200 SM's shared memory; at 512 keys a head's last item is
+    ragged (the causal one clamps its tiles at the last key)."""
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONSUMERS", "3")
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
+    out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "512",
+               *([mask] if mask == "--causal" else []))
+    line = next(x for x in out.splitlines() if x.startswith("== gluon fwd"))
+    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
+    waits = out.split(line, 1)[1].split("wgmma waits:")[1].splitlines()[0]
+    assert [int(x) for x in re.findall(r"\d+", waits)] == [21, 72], waits
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("d,mask,seqlen,shared,hgmma", [
     (128, "--causal", "1024", 197_024, 128), (128, "--no-causal", "1024", 197_024, 128),
     (128, "--no-causal", "4096", 229_808, 128), (64, "--causal", "1024", 115_104, 96),
