@@ -6,7 +6,9 @@ kernel launch compiles (never runs) with the config given here, and the report l
 registers and spills (``ptxas -v``), shared memory, and SASS instruction counts that matter
 (``HGMMA`` = wgmma tensor-core ops, ``HMMA`` = the older mma path, ``LDL``/``STL`` = local-memory
 spill traffic, ``RED``/``ATOM`` = atomics), plus TTGIR layout conversions and shared-memory
-allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading. No GPU time is spent.
+allocations. ``--dump DIR`` keeps ttgir/ptx/sass for reading; ``--loops`` adds each kernel's tile
+loops, the instructions a warp issues per trip by kind (the issue, MUFU and tensor budget of a
+tile: docs/perf.md, session 25). No GPU time is spent.
 
     python3 scripts/inspect_kernels.py --d 128 --causal --fwd 128,64,8,3 --dkdv 64,128,8,3 \\
         --dq 128,64,8,3 [--deterministic] [--dump /tmp/k]
@@ -100,8 +102,42 @@ def sass_of(cubin: bytes) -> str:
                               text=True).stdout
 
 
-def summarize(name, kernel, dump: Path | None) -> tuple[str, str]:
-    """Print the kernel's ptxas report and instruction counts; returns (SASS, report)."""
+# The opcodes a tile loop's budget is read by (``--loops``): tensor, MUFU, the FP32 pipe, the
+# conversions and moves of P, reductions across threads, and the uniform datapath (``U...``)
+LOOP_OPS = ("HGMMA", "MUFU.EX2", "FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "F2FP", "PRMT", "SHFL",
+            "ISETP", "IMAD", "SYNCS", "BAR", "WARPGROUP")
+
+
+def tile_loops(sass: str) -> list[str]:
+    """The innermost loops of ``sass`` that issue wgmma (the tile loops), one line each: the
+    loop's address range, its instruction count (what one warp issues per trip) and its
+    counts of :data:`LOOP_OPS` and of uniform-datapath instructions. A loop is a backward
+    branch's range; innermost: it holds no other. Per trip the tensor cores need the loop's
+    HGMMA work, the issue slots its instruction count per warp of each consumer, the MUFU 8
+    cycles per ex2 (16 results a cycle per SM)."""
+    code = [(int(a, 16), text.strip()) for a, text in
+            re.findall(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?);", sass, re.M)]
+    spans = [(int(m.group(1), 16), addr) for addr, text in code
+             if (m := re.search(r"BRA (0x[0-9a-f]+)", text)) and int(m.group(1), 16) < addr]
+    lines = []
+    for lo, hi in sorted(set(spans)):
+        if any(lo <= a and b <= hi and (a, b) != (lo, hi) for a, b in spans):
+            continue                                        # (holds an inner loop)
+        ops = [re.sub(r"^@!?U?P\w+\s+", "", text).split()[0] for a, text in code
+               if lo <= a <= hi]
+        count = collections.Counter(op if op.startswith("MUFU") else op.split(".")[0]
+                                    for op in ops)
+        if not count["HGMMA"]:
+            continue
+        uniform = sum(v for op, v in count.items() if op.startswith("U"))
+        lines.append(f"   loop {lo:#x}-{hi:#x}: {len(ops)} instructions; "
+                     + ", ".join(f"{k} {count[k]}" for k in LOOP_OPS) + f", uniform {uniform}")
+    return lines
+
+
+def summarize(name, kernel, dump: Path | None, loops: bool = False) -> tuple[str, str]:
+    """Print the kernel's ptxas report and instruction counts (and with ``loops`` its tile
+    loops' budgets, :func:`tile_loops`); returns (SASS, report)."""
     sass = sass_of(kernel.asm["cubin"])
     ops = collections.Counter(re.findall(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)",
                                          sass, re.M))
@@ -115,6 +151,8 @@ def summarize(name, kernel, dump: Path | None) -> tuple[str, str]:
     print(f"   TTGIR: convert_layout {ttgir.count('ttg.convert_layout')}, local_alloc "
           f"{ttgir.count('ttg.local_alloc')}, warp_group_dot {ttgir.count('warp_group_dot ')}, "
           f"async_copy {ttgir.count('async_copy_global_to_local')}, loops {ttgir.count('scf.for')}")
+    if loops:
+        print("\n".join(tile_loops(sass)))
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
         for ext in ("ttgir", "ptx"):
@@ -187,7 +225,7 @@ def inspect_gluon(args, dtype) -> int:
         dq256_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     clean = True
     for name, kernel in sink:
-        sass, report = summarize(name, kernel, args.dump)
+        sass, report = summarize(name, kernel, args.dump, args.loops)
         print(f"   wgmma waits: {sass.count('WARPGROUP.DEPBAR')} for "   # (serialised: one per
               f"{len(re.findall(r'HGMMA', sass))} HGMMA")                 # HGMMA)
         spilled = re.search(r"[1-9]\d* bytes spill", report) is not None
@@ -223,7 +261,7 @@ def inspect_decode(args, dtype, sink) -> int:
             raise
         print(f"(stopped after the captured launch: {type(e).__name__})")
     for name, kernel in sink:
-        summarize(name, kernel, args.dump)
+        summarize(name, kernel, args.dump, args.loops)
     return 0
 
 
@@ -256,6 +294,8 @@ def main() -> int:
                    help="with --gluon: also the one-pass dK/dV kernel that adds dQ (the "
                         "default where bwd_hopper.one_pass measured it ahead)")
     p.add_argument("--dump", type=Path)
+    p.add_argument("--loops", action="store_true",
+                   help="per kernel, its tile loops' instruction budgets (tile_loops)")
     args = p.parse_args()
 
     driver.set_active(HopperStandIn())
@@ -296,7 +336,7 @@ def main() -> int:
             raise
         print(f"(backward stopped after the captured launches: {type(e).__name__})")
     for name, kernel in sink:
-        summarize(name, kernel, args.dump)
+        summarize(name, kernel, args.dump, args.loops)
     return 0
 
 

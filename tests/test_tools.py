@@ -135,6 +135,24 @@ def test_forward_exponentials_by_polynomial_compile_clean(monkeypatch, tmp_path)
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
+def test_tile_loop_budgets(monkeypatch):
+    """``--loops``: the Gluon forward at d=64 has one tile loop per consumer partition, each a
+    tile's work as the shapes fix it: 12 HGMMA (S: 4 steps of 16 over d=64; P V: 8 over 128
+    keys) and 66 MUFU ex2 (the 64 scores a thread holds, and 2 row discounts), with the scale
+    in the exponent (one FFMA per score: no more FMUL than O's discount, 32, and two)."""
+    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EXP_EMU",
+                     "FLASHTILE_GLUON_FWD_CONSUMERS", "FLASHTILE_GLUON_FWD_P_REGS"):
+        monkeypatch.delenv(variable, raising=False)
+    out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "1024", "--loops")
+    fwd = out.split("== gluon fwd", 1)[1].split("== gluon", 1)[0]
+    loops = [x for x in fwd.splitlines() if x.strip().startswith("loop ")]
+    assert len(loops) == 2, fwd
+    for loop in loops:
+        count = dict(re.findall(r"([A-Z][A-Z0-9.]*) (\d+)", loop))
+        assert (count["HGMMA"], count["MUFU.EX2"], count["FMUL"]) == ("12", "66", "34"), loop
+
+
+@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 @pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
 def test_forward_three_consumers_compile_clean(monkeypatch, mask):
     """``FLASHTILE_GLUON_FWD_CONSUMERS=3`` (kernels/fwd_hopper.py, opt-in): the forward at d=64
