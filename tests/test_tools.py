@@ -141,7 +141,7 @@ def test_tile_loop_budgets(monkeypatch):
     keys) and 66 MUFU ex2 (the 64 scores a thread holds, and 2 row discounts), with the scale
     in the exponent (one FFMA per score: no more FMUL than O's discount, 32, and two)."""
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EXP_EMU",
-                     "FLASHTILE_GLUON_FWD_CONSUMERS", "FLASHTILE_GLUON_FWD_P_REGS"):
+                     "FLASHTILE_GLUON_FWD_P_REGS"):
         monkeypatch.delenv(variable, raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "1024", "--loops")
     fwd = out.split("== gluon fwd", 1)[1].split("== gluon", 1)[0]
@@ -150,26 +150,6 @@ def test_tile_loop_budgets(monkeypatch):
     for loop in loops:
         count = dict(re.findall(r"([A-Z][A-Z0-9.]*) (\d+)", loop))
         assert (count["HGMMA"], count["MUFU.EX2"], count["FMUL"]) == ("12", "66", "34"), loop
-
-
-@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-@pytest.mark.parametrize("mask", ["--causal", "--no-causal"])
-def test_forward_three_consumers_compile_clean(monkeypatch, mask):
-    """``FLASHTILE_GLUON_FWD_CONSUMERS=3`` (kernels/fwd_hopper.py, opt-in): the forward at d=64
-    with three consumer warpgroups (the first on 168 registers a thread, the others on 160, the
-    loader on 24) compiles for sm_90a without spills, its wgmmas asynchronous (21 waits for 72
-    HGMMA: 7 a consumer), in one H200 SM's shared memory; at 512 keys a head's last item is
-    ragged (the causal one clamps its tiles at the last key)."""
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONSUMERS", "3")
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
-    out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "512",
-               *([mask] if mask == "--causal" else []))
-    line = next(x for x in out.splitlines() if x.startswith("== gluon fwd"))
-    assert " 0 bytes spill stores" in line and "C75" not in line, line
-    assert int(re.search(r"shared (\d+) B", line).group(1)) <= 227 * 1024, line
-    waits = out.split(line, 1)[1].split("wgmma waits:")[1].splitlines()[0]
-    assert [int(x) for x in re.findall(r"\d+", waits)] == [21, 72], waits
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")

@@ -110,7 +110,7 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_EARLY_S1",
                                 "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0",
-                                "FLASHTILE_GLUON_FWD_EXP_EMU", "FLASHTILE_GLUON_FWD_CONSUMERS"),
+                                "FLASHTILE_GLUON_FWD_EXP_EMU"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE",
                                 "FLASHTILE_GLUON_BWD_ROWS"),
