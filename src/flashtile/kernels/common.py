@@ -436,17 +436,15 @@ def softmax_step(s2, m_i, l_i, MAY_BE_EMPTY: tl.constexpr, scale=None):
     ``s2 * scale``; the row max is taken before scaling and the scale goes into each score's
     exponent, ``exp2(s2 * scale - m_new)``: one FFMA per score instead of a multiply and an
     FFMA (the multiply fed the row max)."""
-    if scale is None:
-        m_new = tl.maximum(m_i, tl.max(s2, 1))
-    else:
-        m_new = tl.maximum(m_i, tl.max(s2, 1) * scale)
+    m_tile = tl.max(s2, 1)
+    if scale is not None:
+        m_tile = m_tile * scale
+        s2 = s2 * scale                          # (fused with the subtraction below)
+    m_new = tl.maximum(m_i, m_tile)
     m_shift = m_new
     if MAY_BE_EMPTY:
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    if scale is None:
-        p = tl.math.exp2(s2 - m_shift[:, None])
-    else:
-        p = tl.math.exp2(s2 * scale - m_shift[:, None])
+    p = tl.math.exp2(s2 - m_shift[:, None])
     alpha = tl.math.exp2(m_i - m_shift)
     return p, alpha, l_i * alpha + tl.sum(p, 1), m_new
 

@@ -1316,13 +1316,12 @@ def exp_emu() -> int:
     unmeasured on this kernel (session 13 measured one in 2 and one in 4 on the session-12
     kernel, P through shared memory: -14% to +5%); written for session 25's question whether
     the d=64 forward waits on the MUFU (docs/perf.md)."""
-    text = getenv("FLASHTILE_GLUON_FWD_EXP_EMU", "")
-    every = int(text) if text.strip().isdigit() else -1 if text.strip() else 0
-    if every not in EXP_EMU_CHOICES:
+    text = getenv("FLASHTILE_GLUON_FWD_EXP_EMU", "").strip() or "0"
+    if text not in map(str, EXP_EMU_CHOICES):
         raise ValueError(f"FLASHTILE_GLUON_FWD_EXP_EMU must be one of "
                          f"{', '.join(map(str, EXP_EMU_CHOICES))} (one exponential in that many "
                          f"by a polynomial; 0 or unset: none), got {text!r}")
-    return every
+    return int(text)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
