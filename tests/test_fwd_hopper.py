@@ -813,16 +813,28 @@ def test_other_calls_fall_back(gluon_calls, monkeypatch, case):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("d,causal,runs", [(128, True, True), (64, False, True),
-                                           (64, True, False), (256, False, True),
-                                           (256, True, True), (96, False, True),
-                                           (96, True, True)])
-def test_default_choice_on_the_gpu(gluon_calls, monkeypatch, d, causal, runs):
-    """With the switch unset, the Gluon forward runs the cases of ``AHEAD`` only; the others
-    take the tile-level kernel; both within budget."""
+@pytest.mark.parametrize("d,causal,seqlen,runs", [(128, True, 512, True), (64, False, 512, True),
+                                                  (64, True, 512, False),
+                                                  (64, True, 2048, True),
+                                                  (256, False, 512, True),
+                                                  (256, True, 512, True), (96, False, 512, True),
+                                                  (96, True, 512, True)])
+def test_default_choice_on_the_gpu(gluon_calls, monkeypatch, d, causal, seqlen, runs):
+    """With the switch unset, the Gluon forward runs the cases of ``AHEAD`` only (d=64 causal
+    from 2k keys on); the others take the tile-level kernel; both within budget."""
     monkeypatch.delenv("FLASHTILE_GLUON_FWD")
-    check(1, 512, 512, 2, 2, d, d, torch.bfloat16, causal=causal)
+    check(1, seqlen, seqlen, 2, 2, d, d, torch.bfloat16, causal=causal)
     assert len(gluon_calls) == (1 if runs else 0)
+
+
+@pytest.mark.parametrize("d,causal,seqlen_k,runs", [
+    (64, False, 128, True), (64, True, 1024, False), (64, True, 1536, False),
+    (64, True, 2048, True), (64, True, 16384, True), (128, True, 128, True),
+    (96, True, 256, True), (80, False, 4096, False)])
+def test_default_cases(d, causal, seqlen_k, runs):
+    """The default's rule by head dim, mask and key length (no GPU needed): d=64 causal waits
+    for 2k keys, where it measured ahead of the tile-level forward."""
+    assert fwd_hopper.ahead(d, causal, seqlen_k) is runs
 
 
 @pytest.mark.gpu

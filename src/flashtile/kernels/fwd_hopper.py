@@ -6,8 +6,8 @@ tile-level forward (:mod:`.fwd`) does, so the backward is shared, but states the
 128, 256}, no dropout, bias, softcap, ALiBi, window or mods, lengths that are multiples of the
 tile, causal only with ``seqlen_q == seqlen_k``, ``softmax_scale`` > 0, q/k/v whose (batch,
 seqlen) and (heads, d) axes each fold into one (the usual contiguous ``(b, s, h, d)``).
-``FLASHTILE_GLUON_FWD`` unset or ``auto`` runs the cases of :data:`AHEAD` (all but d=64 causal),
-``1`` every covered call, ``0`` none; :func:`supports` decides, other calls run :mod:`.fwd`.
+``FLASHTILE_GLUON_FWD`` unset or ``auto`` runs the cases of :data:`AHEAD` (d=64 causal from
+:data:`CAUSAL_AHEAD_FROM` keys on), ``1`` every covered call, ``0`` none; :func:`supports` decides, other calls run :mod:`.fwd`.
 
 Notation:
 
@@ -83,6 +83,8 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - d=256 here: time 0.61-0.77x of :mod:`.fwd`'s; d=96 in two parts: +18% to +50% (session 19);
 - P in registers: time -2.8% to -9.2% at d=64/128 (session 21), -1% to -11% at d=96 (session 22);
 - d=64 causal with P in registers: still 4-14% slower than :mod:`.fwd` (session 22);
+- the scale in the exponent: time -1% to -6% at d=64/128 1k/4k, both masks (session 26); after
+  it d=64 causal here is 0.94-0.98x :mod:`.fwd`'s time at 2k-16k, 1.03-1.09x at 512/1k;
 - own tiles per consumer (causal): time -2% to -5% at d=128 512/1k and d=256 (session 24);
 - ``NEXT_S0``: time -0.6% to -3.4% at d=128 causal, +0.3% to +1.7% unmasked (session 24);
 - d=128 causal 512: neither tensor- nor HBM-bound; per-item latencies remain (Nsight, session 24);
@@ -144,8 +146,13 @@ NARROW_CAUSAL_UPTO = 1024
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
 # (d=256, session 19: kernel time 0.61-0.77x the tile-level forward's at 1k-16k, both masks;
 # d=96, session 19: +18% to +50% TFLOP/s at 1k-16k, both masks, one round)
-AHEAD = frozenset({(64, False), (96, False), (96, True), (128, False), (128, True),
-                   (256, False), (256, True)})
+AHEAD = frozenset({(64, False), (64, True), (96, False), (96, True), (128, False),
+                   (128, True), (256, False), (256, True)})
+# Key lengths from which a causal case of AHEAD runs here, by head dim (others: any). d=64
+# causal, kernel time against the tile-level forward's (session 26, H200, bf16, profiler sums,
+# both with the scale in the exponent): 1.09x at 512, 1.03x at 1k, then 0.97x / 0.94x / 0.97x
+# / 0.98x at 2k / 4k / 8k / 16k.
+CAUSAL_AHEAD_FROM = {64: 2048}
 
 
 @constexpr_function
@@ -1175,16 +1182,24 @@ def gradient_tiles_fit(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, q_t
 
 def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     """True when this kernel runs the call: switched on, covered (see the module docstring),
-    and under ``auto`` a case of :data:`AHEAD`."""
+    and under ``auto`` a case of :data:`AHEAD` (:func:`ahead`)."""
     switch = gluon_switch("fwd_hopper")
     if switch in ("", "0") or not covers(q, k, v, params, _CONFIGS):
         return False
     if params.softmax_scale <= 0:   # (the row max is taken before scaling: _softmax_tile)
         return False
-    if switch == "auto" and (q.shape[3], causal(params)) not in AHEAD:
+    if switch == "auto" and not ahead(q.shape[3], causal(params), k.shape[1]):
         return False
     rows, keys = config(q.shape[3], k.shape[1], causal(params))[:2]
     return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
+
+
+def ahead(d: int, is_causal: bool, seqlen_k: int) -> bool:
+    """Whether the default (``auto``) runs head dim ``d`` with this mask and ``seqlen_k`` keys
+    on this kernel: a case of :data:`AHEAD`, causal from :data:`CAUSAL_AHEAD_FROM` keys on."""
+    if (d, is_causal) not in AHEAD:
+        return False
+    return not is_causal or seqlen_k >= CAUSAL_AHEAD_FROM.get(d, 0)
 
 
 def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> int:
@@ -1235,8 +1250,7 @@ def early_s1(d: int, causal: bool) -> bool:
     two alternating runs at 512/1k/4k): d=64 unmasked -1%/-4%/-2%, d=128 causal
     -5.5%/-4%/-3%, but d=128 unmasked +1%/+2%/+2% (no spills either way: why is not
     established), so there it stays after. d=64 causal runs the tile-level forward by default
-    (:data:`AHEAD`; forced onto this kernel, now with P in registers, 4-14% slower at
-    512-16k, session 22). d=256
+    up to 2k keys (:data:`CAUSAL_AHEAD_FROM`). d=256
     never: S_0 and S_1 live beside its 128 registers of O made ptxas spill (offline, 64 keys
     x 2 slots: 84 B unmasked, 16 B causal; 0 B with S_1 after). d=96 never either (its split
     tiles at 128 keys x 2 slots, offline: 192 B unmasked, 12/16 B causal; 0 B with S_1
