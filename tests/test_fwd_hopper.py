@@ -379,11 +379,11 @@ def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dty
 
 
 def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variable, value,
-                 meta_key, expected=None):
+                 meta_key):
     """One checked call of the Gluon forward (``test_kernels.check``: outputs NaN-poisoned
     before the launch, gradients) with its config (``FLASHTILE_GLUON_FWD_CONFIG``; None: the
     default) and a schedule switch ``variable`` set to ``value``; the launch's ``meta_key``
-    must follow the switch (be ``expected``; None: whether ``value`` is ``"1"``)."""
+    must follow the switch."""
     monkeypatch.setenv(variable, value)
     if config:
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
@@ -393,8 +393,7 @@ def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variabl
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
-    expected = value == "1" if expected is None else expected
-    assert [meta[meta_key] for role, _, meta in launches if role == "fwd"] == [expected]
+    assert [meta[meta_key] for role, _, meta in launches if role == "fwd"] == [value == "1"]
 
 
 def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_regs):
@@ -463,79 +462,6 @@ def test_next_s0_rule(monkeypatch, d, config, applies):
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_NEXT_S0"):
         fwd_hopper.next_s0(d, *config, True)
-
-
-@gluon_cases_over([(4, 1024, 16, 4, 64), (3, 1024, 12, 4, 128), (1, 256, 2, 2, 64)])
-@pytest.mark.parametrize("every", ["2", "4", "8"])
-def test_exponentials_by_polynomial(gluon_calls, monkeypatch, shape, causal, dtype, every):
-    """One in ``every`` of P's exponentials by the polynomial on the FMA pipes
-    (``FLASHTILE_GLUON_FWD_EXP_EMU``, opt-in), the others by the MUFU: d=64 and d=128, S_0
-    ahead (causal) and in turn, items of one or two tiles. Outputs (NaN-poisoned before the
-    launch) and gradients within budget (the polynomial's 1.1e-4 relative error sits under
-    P's rounding), and the launch given EXP_EMU."""
-    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, None,
-                 "FLASHTILE_GLUON_FWD_EXP_EMU", every, "EXP_EMU", int(every))
-
-
-def test_exponentials_switch(monkeypatch):
-    """``FLASHTILE_GLUON_FWD_EXP_EMU``: unset, empty or 0 is none; 2, 4, 8 one in that many;
-    anything else is refused with the choices. The launch gets it with P in registers and 0
-    with P in shared memory (its softmax does not take it). Runs on the CPU: the launch is
-    captured, not made."""
-    seen = gluon_launches(monkeypatch, run=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    q, k, v = (torch.randn(1, 1024, 2, 64, dtype=torch.bfloat16) for _ in range(3))
-    params, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
-    for value, every in ((None, 0), ("", 0), ("0", 0), ("2", 2), ("4", 4), ("8", 8)):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_FWD_EXP_EMU", raising=False)
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", value)
-        assert fwd_hopper.exp_emu() == every
-        for p_regs, expected in (("1", every), ("0", 0)):
-            monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", p_regs)
-            fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 1024))
-            ((_, _, meta),) = seen
-            seen.clear()
-            assert meta["EXP_EMU"] == expected
-    for bad in ("3", "16", "-2", "two", "1"):
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", bad)
-        with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_EXP_EMU must be one of "
-                                             "0, 2, 4, 8"):
-            fwd_hopper.exp_emu()
-
-
-def test_exponential_polynomial_accuracy():
-    """The steps of :func:`fwd_hopper._exp2_asm` in float32 (numpy, each rounded as the PTX
-    rounds it): 2^x within 1.2e-4 relative for x in [-120, 0] (under half an ulp of P in
-    fp16, 2.4e-4), exactly the asm's constants; x <= -125 and -inf give about 2^-125 (a
-    normal number, never negative or garbage from a wrapped exponent). Runs on the CPU."""
-    np = pytest.importorskip("numpy")
-    c0, c1, c2, c3 = (np.array([int(c, 16)], np.uint32).view(np.float32)[0]
-                      for c in fwd_hopper._EXP2_POLY)
-    asm = fwd_hopper._exp2_asm(4)
-    for c in fwd_hopper._EXP2_POLY:
-        assert f"0f{c}" in asm
-    assert asm.count("ex2.approx.ftz.f32") == 3 and "max.ftz.f32 xc, $4, 0fC2FA0000" in asm
-    rng = np.random.default_rng(0)
-    x = np.concatenate([-rng.random(200_000, dtype=np.float32) * 120,
-                        np.float32([0, -0.5, -1.5, -1e-7, -119.99])])
-    special = np.float32([-125, -126, -1e4, -np.inf])
-
-    def emulated(x):
-        x = np.maximum(x, np.float32(-125))
-        t = x + np.float32(12582912)                    # rounds x to an integer n
-        n = t - np.float32(12582912)
-        f = x - n
-        p = c3
-        for c in (c2, c1, c0):      # fma: the exact product (in float64), one rounding
-            p = (p.astype(np.float64) * f + c).astype(np.float32)
-        bits = p.view(np.int32).astype(np.int64) + (t.view(np.int32).astype(np.int64) << 23)
-        return (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
-
-    got = emulated(x).astype(np.float64)
-    assert np.max(np.abs(got / np.exp2(x.astype(np.float64)) - 1)) < 1.2e-4
-    assert np.all(np.abs(emulated(special).astype(np.float64) / 2.0 ** -125 - 1) < 1.2e-4)
 
 
 @pytest.mark.parametrize("config,where", [

@@ -110,38 +110,12 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-def test_forward_exponentials_by_polynomial_compile_clean(monkeypatch, tmp_path):
-    """``FLASHTILE_GLUON_FWD_EXP_EMU=8`` (kernels/fwd_hopper.py, opt-in): the forward at d=64
-    compiles for sm_90a with its inline PTX (the polynomial's constants in the PTX), no spills,
-    its wgmmas asynchronous, and fewer MUFU ex2 in its SASS than without it (one in 8 of P's
-    exponentials moved to the FMA pipes)."""
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    counts = {}
-    for every in ("0", "8"):
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", every)
-        dump = tmp_path / every
-        out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "1024", "--dump",
-                   str(dump))
-        line = next(x for x in out.splitlines() if x.startswith("== gluon fwd"))
-        assert " 0 bytes spill stores" in line and "C75" not in line, line
-        n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
-                                                       .split("wgmma waits:")[1]
-                                                       .splitlines()[0]))
-        assert n_waits * 4 <= n_hgmma, out
-        ptx = (dump / "gluon fwd (ws).ptx").read_text()
-        assert ("0f3D61A857" in ptx) == (every == "8")
-        counts[every] = (dump / "gluon fwd (ws).sass").read_text().count("MUFU.EX2")
-    assert 0 < counts["8"] < counts["0"], counts
-
-
-@pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 def test_tile_loop_budgets(monkeypatch):
     """``--loops``: the Gluon forward at d=64 has one tile loop per consumer partition, each a
     tile's work as the shapes fix it: 12 HGMMA (S: 4 steps of 16 over d=64; P V: 8 over 128
     keys) and 66 MUFU ex2 (the 64 scores a thread holds, and 2 row discounts), with the scale
     in the exponent (one FFMA per score: no more FMUL than O's discount, 32, and two)."""
-    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_EXP_EMU",
-                     "FLASHTILE_GLUON_FWD_P_REGS"):
+    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_P_REGS"):
         monkeypatch.delenv(variable, raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "1024", "--loops")
     fwd = out.split("== gluon fwd", 1)[1].split("== gluon", 1)[0]

@@ -105,12 +105,11 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 
 
 # Further variables a Gluon kernel's launch reads (for plan keys): the grids, the causal
-# orders, the forward's first softmax, P operand, S_0 ahead and exponentials, and the one-pass
-# dQ's schedule and kernel.
+# orders, the forward's first softmax, P operand and S_0 ahead, and the one-pass dQ's schedule
+# and kernel.
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_EARLY_S1",
-                                "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0",
-                                "FLASHTILE_GLUON_FWD_EXP_EMU"),
+                                "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE",
                                 "FLASHTILE_GLUON_BWD_ROWS"),

@@ -22,8 +22,7 @@ Notation:
   buffers per consumer (d=256: O's 128 registers leave no room); ``EARLY_S1`` (:func:`early_s1`):
   S_1 before an item's first softmax, P buffers only; ``NEXT_S0`` (:func:`next_s0`): S_0 before
   the previous item's epilogue; ``O_IN_P``, ``O_IN_Q`` (:func:`o_in_p`, :func:`o_in_q`): O leaves
-  through the consumer's second P buffer or its Q tile (neither: O tiles of its own); ``EXP_EMU``
-  (:func:`exp_emu`): one in EXP_EMU of P's exponentials by a polynomial on the FMA pipes;
+  through the consumer's second P buffer or its Q tile (neither: O tiles of its own);
 - the *loader* (one warp, 24 registers, :func:`_load_works`) streams K/V tiles by TMA into the
   *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
   and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
@@ -88,7 +87,9 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - own tiles per consumer (causal): time -2% to -5% at d=128 512/1k and d=256 (session 24);
 - ``NEXT_S0``: time -0.6% to -3.4% at d=128 causal, +0.3% to +1.7% unmasked (session 24);
 - d=128 causal 512: neither tensor- nor HBM-bound; per-item latencies remain (Nsight, session 24);
-- ``EXP_EMU``: opt-in, unmeasured here (session 13, on the session-12 kernel: -14% to +5%);
+- one in 8 or one in 4 of P's exponentials by a cubic on the FMA pipes (FA4's device): time
+  -0.3% to +3% / +1% to +6% at d=64 (session 26; session 13, P in shared memory: -14% to +5%);
+  removed, kept as ``docs/experiments/fwd-exp-emu-s25.patch``;
 - offline (``scripts/inspect_kernels.py --gluon``, the 128-key defaults and d=256): none
   serialised, no spills in the tile loops;
 - ping-pong consumers (turns at the tensor cores): 2-30% slower, session 9 (dropped);
@@ -346,10 +347,9 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
-                  CAUSAL: gl.constexpr, EXP_EMU: gl.constexpr = 0):
+                  CAUSAL: gl.constexpr):
     """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32, unscaled: masked; P =
-    exp2(s * qk_scale - m) (fp32, the layout of ``s``; one in ``EXP_EMU`` of them by a
-    polynomial, :func:`_exp2`), the new row max m (log2 domain), the discount ``alpha`` of
+    exp2(s * qk_scale - m) (fp32, the layout of ``s``), the new row max m (log2 domain), the discount ``alpha`` of
     the earlier tiles and the new row sum (``(rows,)`` each). The scale goes into each
     score's exponent as one FFMA, and the row max is taken before scaling (``qk_scale`` > 0,
     :func:`supports`): a separate multiply per score costs 64 of a d=64 tile's ~516
@@ -364,56 +364,12 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
             s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = _exp2(s * qk_scale - m_new[:, None], EXP_EMU)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, axis=1)
     if p_buf is not None:
         p_buf.store(p.to(p_buf.dtype))
         fence_async_shared()
     return p, m_new, alpha, l_i
-
-
-# 2^f on [-1/2, 1/2] as c0 + f (c1 + f (c2 + f c3)), fp32 bit patterns (a relative-error
-# minimax fit, max 1.1e-4: under half an ulp of P in fp16, 2.4e-4, and bf16, 2e-3)
-_EXP2_POLY = ("3F7FFC2F", "3F31794B", "3E783B36", "3D61A857")
-
-
-@constexpr_function
-def _exp2_asm(every):
-    """PTX for exp2 of ``every`` of a thread's fp32 elements (inputs ``$every`` on, outputs
-    ``$0`` on; each x <= 0 or -inf): the first on the FMA and integer pipes, 2^x = 2^n 2^f
-    with n = round(x) (adding and subtracting 1.5 * 2^23 rounds it; x clamped at -125 so that
-    2^n stays a normal number: -inf gives 2.4e-38, not 0, which no sum in fp32 notices), f =
-    x - n, 2^f by :data:`_EXP2_POLY` and n added to its exponent bits; the rest by the
-    MUFU's ``ex2.approx.ftz`` as ``gl.exp2``."""
-    c0, c1, c2, c3 = (f"0f{c}" for c in _EXP2_POLY)
-    lines = ["{", ".reg .f32 xc, t, n, f, p;", ".reg .b32 pb, e;",
-             f"max.ftz.f32 xc, ${every}, 0fC2FA0000;",
-             "add.rn.f32 t, xc, 0f4B400000;", "sub.rn.f32 n, t, 0f4B400000;",
-             "sub.rn.f32 f, xc, n;", f"fma.rn.f32 p, f, {c3}, {c2};",
-             f"fma.rn.f32 p, p, f, {c1};", f"fma.rn.f32 p, p, f, {c0};",
-             "mov.b32 pb, p;", "shl.b32 e, t, 23;", "add.s32 pb, pb, e;", "mov.b32 $0, pb;"]
-    lines += [f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(1, every)]
-    return "\n".join(lines + ["}"])
-
-
-@constexpr_function
-def _exp2_constraints(every):
-    """The asm constraints of :func:`_exp2_asm`: ``every`` fp32 outputs, then as many inputs."""
-    return ",".join(["=f"] * every + ["f"] * every)
-
-
-@gluon.jit
-def _exp2(x, EVERY: gl.constexpr):
-    """exp2 of ``x`` (fp32, every element <= 0 or -inf), with one of every ``EVERY`` of a
-    thread's elements computed by a polynomial (:func:`_exp2_asm`; 0: none, ``gl.exp2``).
-    At d=64 the MUFU's 16 ex2 a clock per SM take as long as the tile's products at the
-    tensor cores' peak (a score costs 128 MACs and one ex2; an SM does ~2048 MACs a clock),
-    so moving some to the FMA pipes can shorten the softmax (FlashAttention-4's device)."""
-    if EVERY == 0:
-        return gl.exp2(x)
-    else:
-        return gl.inline_asm_elementwise(_exp2_asm(EVERY), _exp2_constraints(EVERY), [x],
-                                         dtype=gl.float32, is_pure=True, pack=EVERY)
 
 
 @gluon.jit
@@ -511,13 +467,13 @@ def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero
 def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
                 NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, acc2=None,
-                o2_layout: gl.constexpr = None, EXP_EMU: gl.constexpr = 0):
+                o2_layout: gl.constexpr = None):
     """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
     ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
     wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
     wait: wgmma reads its registers until then. Returns (P_j, O, row max, row sum), and O_2
     fifth where the head dim is split: its second accumulator ``acc2`` (layout
-    ``o2_layout``) is waited for and discounted alike. ``EXP_EMU``: see :func:`_exp2`.
+    ``o2_layout``) is waited for and discounted alike.
 
     ``anchor`` (shared, ``(rows,)`` fp32, never read): the new row sums are stored there
     before the wait only to hold the softmax above it. ptxas otherwise hoists the wait
@@ -526,7 +482,7 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
     the exp2 and conversions then followed the wait whatever the order written here. A
     store is kept before the wait, and it needs every exp2 of the row sums."""
     p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
-                                         BLOCK_N, CAUSAL, EXP_EMU)
+                                         BLOCK_N, CAUSAL)
     anchor.store(l_i)
     if acc2 is None:
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
@@ -644,24 +600,22 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
              k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-             NEXT_S0: gl.constexpr, EXP_EMU: gl.constexpr):
+             NEXT_S0: gl.constexpr):
     """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
     (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
-    :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2). ``EXP_EMU`` > 0 (P in
-    registers): one in EXP_EMU of P's exponentials by a polynomial (:func:`_exp2`)."""
+    :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
     if NEXT_S0:
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, EXP_EMU)
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)
     else:
         _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
                          k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                          stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
                          n_mtiles, n_work, qk_scale, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                          NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q_desc2,
-                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS,
-                         EXP_EMU)
+                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS)
 
 
 @gluon.jit
@@ -672,7 +626,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
                      O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                      q_desc2, o_desc2, q_smem2, o_smem2, k_smem2, v_smem2,
-                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr, EXP_EMU: gl.constexpr = 0):
+                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
     """A consumer whose items each start with S_0 (:func:`_consume`): for each of this program's
     work items, half ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from
     ``n_unmasked`` on get the causal mask), read from the ring in the loader's order. Writes
@@ -741,7 +695,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
         if P_REGS:
             anchor = p_smem.index(HALF)     # (see _rs_softmax)
             p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
-                                               None, BLOCK_N, CAUSAL, EXP_EMU)
+                                               None, BLOCK_N, CAUSAL)
             p = gl.convert_layout(p.to(dtype), p_layout)
             for j in range(n_tiles - 2):
                 if HEAD_D2 > 0:
@@ -751,14 +705,14 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                     p, acc, m_i, l_i, acc2 = _rs_softmax(
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
                         it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
-                        o2_layout, EXP_EMU)
+                        o2_layout)
                 else:
                     s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
                                           s_zero, acc, it + j, NUM_STAGES)
                     p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
                                                    n_unmasked, qk_scale, v_empty, it + j,
                                                    anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                                   o_layout, p_layout, EXP_EMU=EXP_EMU)
+                                                   o_layout, p_layout)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
@@ -776,12 +730,12 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                     p, acc, m_i, l_i, acc2 = _rs_softmax(
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
                         it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
-                        o2_layout, EXP_EMU)
+                        o2_layout)
                 else:
                     p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
                                                    n_unmasked, qk_scale, v_empty, it + j,
                                                    anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                                   o_layout, p_layout, EXP_EMU=EXP_EMU)
+                                                   o_layout, p_layout)
             j = n_tiles - 1
             acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
             if HEAD_D2 > 0:
@@ -877,8 +831,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   EXP_EMU: gl.constexpr = 0):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -939,15 +892,14 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                     nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                     CAUSAL, GROUP)
         p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
-                                           None, BLOCK_N, CAUSAL, EXP_EMU)
+                                           None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
         for j in range(n_tiles - 2):
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                   s_zero, acc, it + j, NUM_STAGES)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout,
-                                           EXP_EMU=EXP_EMU)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
@@ -958,8 +910,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                         CAUSAL, GROUP)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout,
-                                           EXP_EMU=EXP_EMU)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
         j = n_tiles - 1
         acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
@@ -989,13 +940,12 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, EXP_EMU: gl.constexpr = 0):
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
     # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`).
-    # EXP_EMU (:func:`exp_emu`): one of every EXP_EMU exponentials of P by a polynomial
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [4 if NEXT_S0 else 2, BLOCK_M, HEAD_D],
                                        q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
@@ -1053,13 +1003,13 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, EXP_EMU)),
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
         (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
                     q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, EXP_EMU)),
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
@@ -1320,24 +1270,6 @@ def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool) -> bo
     return applies and (causal if forced is None else forced)
 
 
-EXP_EMU_CHOICES = (0, 2, 4, 8)
-
-
-def exp_emu() -> int:
-    """One of every how many of P's exponentials are computed by a polynomial on the FMA pipes
-    instead of the MUFU (the kernel's ``EXP_EMU``, :func:`_exp2`; with P in registers only):
-    ``FLASHTILE_GLUON_FWD_EXP_EMU`` = 2, 4 or 8; unset, empty or 0, none. Opt-in and
-    unmeasured on this kernel (session 13 measured one in 2 and one in 4 on the session-12
-    kernel, P through shared memory: -14% to +5%); written for session 25's question whether
-    the d=64 forward waits on the MUFU (docs/perf.md)."""
-    text = getenv("FLASHTILE_GLUON_FWD_EXP_EMU", "").strip() or "0"
-    if text not in map(str, EXP_EMU_CHOICES):
-        raise ValueError(f"FLASHTILE_GLUON_FWD_EXP_EMU must be one of "
-                         f"{', '.join(map(str, EXP_EMU_CHOICES))} (one exponential in that many "
-                         f"by a polynomial; 0 or unset: none), got {text!r}")
-    return int(text)
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -1368,6 +1300,5 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params)),
-             EXP_EMU=exp_emu() if p_regs else 0),
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
         part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
