@@ -128,15 +128,13 @@ def _ds_layout():
 @gluon.jit
 def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
           stride_lse_h, stride_d_b, stride_d_h, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-          SNAKE: gl.constexpr = False):
+          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """Work item w: 2 * BLOCK_N keys of one (batch, KV head), causal orders taking the first
-    keys (seen by the most queries) first, in chunks of GROUP key tiles per head, a
-    persistent grid's odd rounds reversed where ``SNAKE`` (:func:`.fwd_hopper._work_tile`).
-    Returns (first key n0, K/V row and column in the folded views, first query tile i0,
-    query tiles per head n_i, tiles in all n_t, Q/dO row and column, LSE and D offsets; the
-    strides enter only the offsets)."""
-    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, GROUP, SNAKE)
+    keys (seen by the most queries) first, in chunks of GROUP key tiles per head
+    (:func:`.fwd_hopper._work_tile`). Returns (first key n0, K/V row and column in the
+    folded views, first query tile i0, query tiles per head n_i, tiles in all n_t, Q/dO row
+    and column, LSE and D offsets; the strides enter only the offsets)."""
+    tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, GROUP)
     off_b = bh // nheads_kv
     off_hkv = bh % nheads_kv
     n0 = tile * (2 * BLOCK_N)
@@ -156,7 +154,7 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                GROUP: gl.constexpr, q_desc2, do_desc2, q_smem2, do_smem2,
-               HEAD_D2: gl.constexpr, SNAKE: gl.constexpr = False):
+               HEAD_D2: gl.constexpr):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
     across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
@@ -166,7 +164,7 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-            BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP, SNAKE)
+            BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
         for t in range(n_t):
             load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + t, t, i0, n_i,
                            q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,

@@ -14,8 +14,7 @@ Notation (at d=128; a work item: 128 keys of one KV head, :func:`.bwd_hopper._it
 - ``BLOCK_N`` = 64 keys per consumer, ``BLOCK_M`` = 64 queries per (Q, dO) tile, ``HEAD_D`` = 128,
   ``NUM_STAGES`` = 2 ring slots, ``CONSUMER_REGS`` = 240 (:data:`_CONFIGS`); ``CAUSAL``;
   ``GROUP``: the causal chunks :mod:`.bwd_hopper` chooses (8 key tiles at d=128);
-  ``PERSISTENT``: a program per SM looping over items (:func:`persistent`), causal items of odd
-  rounds reversed (``SNAKE``);
+  ``PERSISTENT``: a program per SM looping over items (:func:`persistent`);
 - consumer ``HALF`` (a warpgroup) owns keys ``[64 HALF, 64 HALF + 64)`` of the item, their K and
   V tiles (64 x 128) in shared memory, and dQ's columns ``[64 HALF, 64 HALF + 64)``;
 - the loader (one warp, :func:`.bwd_hopper._load_q_do`) streams (Q_j, dO_j) tiles into the ring,
@@ -54,9 +53,7 @@ fp16/bf16) and ``dv_stage`` while K and V take the next item's load.
   descriptors, hoisted as loop invariants, spilled (284 B in the tile loop, 344 B in the item loop).
 - Grid (:func:`persistent`; ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces it): unmasked, a
   program per SM, so that an epilogue overlaps the next item's loads; causal, a program per item
-  (items of unequal length in a fixed turn leave programs idle) and no ``dv_stage``. In chunks of 8
-  key tiles, program p of a persistent causal grid would take tile p % 8 of every chunk in every
-  round, the heaviest tile always to the same programs: hence ``SNAKE``.
+  (items of unequal length in a fixed turn leave programs idle) and no ``dv_stage``.
 - Shared memory: K, V 64 KB, the ring 64 KB, P, dS 32 KB, dQ staging 32 KB (197,024 B in all);
   persistent, ``dv_stage`` 32 KB more (229,808 B).
 - d=64: a dQ part is 64 queries x 32 columns (an N=32 wgmma whose B is a 32-column slice of a
@@ -68,8 +65,9 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
   4k: tensor pipe 52% (transposed 49%), issue slots 20% busy: the consumers waited (session 22);
 - S and dP one tile ahead: -4.7% to -8.2%; Nsight Compute at 4k unmasked 2,502 µs against cuDNN's
   2,302, tensor pipe ~56% (session 23);
-- persistent grid: unmasked -0.6% to -6.3%; causal (before ``SNAKE``) +1% to +35% (session 23);
-  ``SNAKE``: 4 B of spills offline, not yet run on a GPU (session 24);
+- persistent grid: unmasked -0.6% to -6.3%; causal +1% to +35% (session 23); causal with odd
+  rounds' items reversed (a snake order: in chunks of 8 key tiles program p otherwise takes tile
+  p % 8 every round) still +1% to +15% at 512-16k (session 26; removed);
 - forward+backward kernels 0.95-0.99x cuDNN unmasked, 0.90-0.99x causal (session 23);
 - d=64: correct, but 10-18% slower than the transposed kernel (session 24), so opt-in; a third
   ring slot or two programs per SM there are untried;
@@ -203,8 +201,7 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                SNAKE: gl.constexpr):
+                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
@@ -214,7 +211,7 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
         w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b, stride_lse_h,
-        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, SNAKE)
+        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
     mbarrier.wait(kv_bar.index(HALF), done & 1)
     mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -264,7 +261,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     first = gl.program_id(0)
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-        BLOCK_M, HEAD_D, CAUSAL, GROUP, PERSISTENT)
+        BLOCK_M, HEAD_D, CAUSAL, GROUP)
     _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
              None, None, None, None)
     dq_buf = dq_smem.index(HALF)
@@ -285,11 +282,11 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, PERSISTENT)
+                NUM_STAGES, CAUSAL, GROUP)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
-                    0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, PERSISTENT)
+                    0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
                 _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row, next_col,
                          HALF * BLOCK_N, None, None, None, None)
             tma.store_wait(0)       # (dK's staging tile: the last dQ reduction has read it)
@@ -304,7 +301,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP, PERSISTENT)
+            CAUSAL, GROUP)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
 
@@ -373,8 +370,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          GROUP, PERSISTENT)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
-                      PERSISTENT)),
+                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 

@@ -176,7 +176,7 @@ def _p_layout(rows, keys, dtype):
 
 @gluon.jit
 def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexpr,
-               GROUP: gl.constexpr, SNAKE: gl.constexpr = False):
+               GROUP: gl.constexpr):
     """(tile, batch * heads + head) of work item ``w`` of ``n_work``. Without a mask a head's
     tiles are neighbours in the order (its K/V stay in L2); causal orders take every head's
     heaviest tile first: the last query tile (the forward, ``HEAVY_LAST``) or the first key
@@ -187,8 +187,7 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     forward measured 2-8% slower at causal 8k/16k, session 12). With one program per item
     there is one round: the order is unchanged. (The forward's and dQ's orders only: in the
     dK/dV kernel the snake's registers made ptxas spill at d=128, and its persistent grid
-    runs at d=64 alone; ``SNAKE`` asks for it in the dK/dV order too: the rows kernel's
-    persistent causal grid, :mod:`.bwdrows_hopper`.)
+    runs at d=64 alone.)
 
     ``GROUP`` > 1 (causal): the heaviest-first order walks chunks of GROUP query tiles,
     every head's tiles of a chunk neighbours, so programs running at once share their
@@ -199,7 +198,7 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     tile = w % n_tiles
     bh = w // n_tiles
     if CAUSAL:
-        if HEAVY_LAST or SNAKE:
+        if HEAVY_LAST:
             step = gl.num_programs(0)
             if (w // step) % 2 == 1:                    # an odd round: its items reversed
                 base = w - w % step
