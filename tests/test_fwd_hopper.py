@@ -405,13 +405,15 @@ P_OPERANDS = pytest.mark.parametrize("p_regs", ["1", "0"], ids=["p-in-registers"
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128),
-                   (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96)])
+                   (3, 1024, 12, 4, 96), (1, 256, 2, 2, 96), (2, 384, 4, 2, 64),
+                   (1, 640, 2, 2, 128)])
 @P_OPERANDS
 def test_p_operand(gluon_calls, monkeypatch, shape, causal, dtype, p_regs):
     """P V's A operand from registers (the default at d=64/96/128, FA3's order; O apart; at
     d=96 one register P for both parts' products) and from shared memory
     (``FLASHTILE_GLUON_FWD_P_REGS=0``): 288 items over the SMs, a d=64 call, d=96's split
-    head dim, and items of one or two tiles (the branch without a loop). Outputs
+    head dim, items of one or two tiles (the branch without a loop), and 3 or 5 key tiles
+    (the in-turn loop's two tiles a trip and the odd remainder). Outputs
     (NaN-poisoned before the launch) and gradients within budget, and the launch given
     P_REGS."""
     _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, None, p_regs)

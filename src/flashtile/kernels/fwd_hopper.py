@@ -46,6 +46,10 @@ Schedule (a consumer, per item), then the constraints that shape the code:
 - ``anchor``: the row sums are stored before the wait for P V only to hold the softmax above it;
   otherwise ptxas hoists the wait to just after the row max and nothing overlaps.
 - P in registers in session 9's order made ptxas serialise every wgmma (C7512); FA3's does not.
+- :func:`_consume_in_turn`'s tile loop runs two tiles a trip at whole head dims (the remainder
+  of an odd count after it): P_j and P_{j+1} then alternate register sets, so half of the
+  moves of P into the A operand's registers go (offline at d=64: 429 instructions a tile
+  against 453, where the issue slots ran at 88% of the tensor time).
 - Where O leaves is set by shared memory (:data:`SHARED_BYTES`, one CTA an SM): d=128 at 128 keys x
   2 slots with P buffers takes 256 KB with O apart, 224 KB through P (free from an item's last
   P V to the next item's second softmax: :func:`_first_softmax` waits for the store); at d=256
@@ -86,6 +90,8 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
   it d=64 causal here is 0.94-0.98x :mod:`.fwd`'s time at 2k-16k, 1.03-1.09x at 512/1k;
 - own tiles per consumer (causal): time -2% to -5% at d=128 512/1k and d=256 (session 24);
 - ``NEXT_S0``: time -0.6% to -3.4% at d=128 causal, +0.3% to +1.7% unmasked (session 24);
+- the in-turn loop two tiles a trip: time -1.0% / -2.5% / -2.6% at d=64 unmasked 1k / 4k /
+  16k, -1.1% at d=128 unmasked 4k and 16k (session 26);
 - d=128 causal 512: neither tensor- nor HBM-bound; per-item latencies remain (Nsight, session 24);
 - one in 8 or one in 4 of P's exponentials by a cubic on the FMA pipes (FA4's device): time
   -0.3% to +3% / +1% to +6% at d=64 (session 26; session 13, P in shared memory: -14% to +5%);
@@ -705,7 +711,22 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
                         it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
                         o2_layout)
-                else:
+            if HEAD_D2 == 0:            # (two tiles a trip, then an odd count's remainder)
+                for jj in range(0, n_tiles - 3, 2):
+                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                          s_zero, acc, it + jj, NUM_STAGES)
+                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + 1,
+                                                   n_unmasked, qk_scale, v_empty, it + jj,
+                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                                   o_layout, p_layout)
+                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                          s_zero, acc, it + jj + 1, NUM_STAGES)
+                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + 2,
+                                                   n_unmasked, qk_scale, v_empty, it + jj + 1,
+                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                                   o_layout, p_layout)
+                if n_tiles % 2 == 1 and n_tiles > 2:
+                    j = n_tiles - 3
                     s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
                                           s_zero, acc, it + j, NUM_STAGES)
                     p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
