@@ -95,7 +95,7 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - d=128 causal 512: neither tensor- nor HBM-bound; per-item latencies remain (Nsight, session 24);
 - one in 8 or one in 4 of P's exponentials by a cubic on the FMA pipes (FA4's device): time
   -0.3% to +3% / +1% to +6% at d=64 (session 26; session 13, P in shared memory: -14% to +5%);
-  removed, kept as ``docs/experiments/fwd-exp-emu-s25.patch``;
+  removed, kept as ``docs/experiments/fwd-exp-emu-s25.patch`` (on 1990fba);
 - offline (``scripts/inspect_kernels.py --gluon``, the 128-key defaults and d=256): none
   serialised, no spills in the tile loops;
 - ping-pong consumers (turns at the tensor cores): 2-30% slower, session 9 (dropped);
