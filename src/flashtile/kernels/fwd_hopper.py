@@ -46,10 +46,10 @@ Schedule (a consumer, per item), then the constraints that shape the code:
 - ``anchor``: the row sums are stored before the wait for P V only to hold the softmax above it;
   otherwise ptxas hoists the wait to just after the row max and nothing overlaps.
 - P in registers in session 9's order made ptxas serialise every wgmma (C7512); FA3's does not.
-- :func:`_consume_in_turn`'s tile loop runs two tiles a trip at whole head dims (the remainder
-  of an odd count after it): P_j and P_{j+1} then alternate register sets, so half of the
-  moves of P into the A operand's registers go (offline at d=64: 429 instructions a tile
-  against 453, where the issue slots ran at 88% of the tensor time).
+- :func:`_consume_in_turn`'s tile loop runs two tiles a trip at whole head dims
+  (:func:`_rs_tiles`): P_j and P_{j+1} alternate register sets, so half of the moves of P
+  into the A operand's registers go (at d=64, where the issue slots ran at 88% of the tensor
+  time).
 - Where O leaves is set by shared memory (:data:`SHARED_BYTES`, one CTA an SM): d=128 at 128 keys x
   2 slots with P buffers takes 256 KB with O apart, 224 KB through P (free from an item's last
   P V to the next item's second softmax: :func:`_first_softmax` waits for the store); at d=256
@@ -375,6 +375,33 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
         p_buf.store(p.to(p_buf.dtype))
         fence_async_shared()
     return p, m_new, alpha, l_i
+
+
+@gluon.jit
+def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_zero, acc, m_i,
+              l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
+              BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
+              p_layout: gl.constexpr):
+    """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
+    (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on), two tiles a
+    trip and an odd count's last one after: P_j and P_{j+1} then alternate register sets, so
+    half of the moves of P into the A operand's registers go (offline at d=64: 429
+    instructions a tile against 453 one tile a trip). Returns (P, O, row max, row sum)."""
+    for jj in range(0, n_tiles - 3, 2):
+        for u in gl.static_range(2):
+            s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                  s_zero, acc, it + jj + u, NUM_STAGES)
+            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + u + 1, n_unmasked,
+                                           qk_scale, v_empty, it + jj + u, anchor, NUM_STAGES,
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
+    if n_tiles % 2 == 1 and n_tiles > 2:
+        j = n_tiles - 3
+        s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
+                              acc, it + j, NUM_STAGES)
+        p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
+                                       v_empty, it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                       o_layout, p_layout)
+    return p, acc, m_i, l_i
 
 
 @gluon.jit
@@ -711,28 +738,11 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
                         it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
                         o2_layout)
-            if HEAD_D2 == 0:            # (two tiles a trip, then an odd count's remainder)
-                for jj in range(0, n_tiles - 3, 2):
-                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                          s_zero, acc, it + jj, NUM_STAGES)
-                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + 1,
-                                                   n_unmasked, qk_scale, v_empty, it + jj,
-                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                                   o_layout, p_layout)
-                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                          s_zero, acc, it + jj + 1, NUM_STAGES)
-                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + 2,
-                                                   n_unmasked, qk_scale, v_empty, it + jj + 1,
-                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                                   o_layout, p_layout)
-                if n_tiles % 2 == 1 and n_tiles > 2:
-                    j = n_tiles - 3
-                    s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                          s_zero, acc, it + j, NUM_STAGES)
-                    p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
-                                                   n_unmasked, qk_scale, v_empty, it + j,
-                                                   anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                                   o_layout, p_layout)
+            if HEAD_D2 == 0:
+                p, acc, m_i, l_i = _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready,
+                                             k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
+                                             n_tiles, n_unmasked, qk_scale, it, anchor,
+                                             NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
