@@ -111,10 +111,11 @@ def test_gluon_kernels_at_d96_and_d256_compile_clean(d, kernels, mask):
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 def test_tile_loop_budgets(monkeypatch):
-    """``--loops``: the Gluon forward at d=64 has one tile loop per consumer partition, each a
-    tile's work as the shapes fix it: 12 HGMMA (S: 4 steps of 16 over d=64; P V: 8 over 128
-    keys) and 66 MUFU ex2 (the 64 scores a thread holds, and 2 row discounts), with the scale
-    in the exponent (one FFMA per score: no more FMUL than O's discount, 32, and two)."""
+    """``--loops``: the Gluon forward at d=64 has one tile loop per consumer partition, two
+    tiles a trip (``fwd_hopper._rs_tiles``), each tile's work as the shapes fix it: 12 HGMMA
+    (S: 4 steps of 16 over d=64; P V: 8 over 128 keys) and 66 MUFU ex2 (the 64 scores a thread
+    holds, and 2 row discounts), with the scale in the exponent (one FFMA per score: no more
+    FMUL than O's discount, 32, and two); so 24, 132 and 68 a trip."""
     for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_P_REGS"):
         monkeypatch.delenv(variable, raising=False)
     out = _run("inspect_kernels.py", "--gluon", "--d", "64", "--seqlen", "1024", "--loops")
@@ -123,7 +124,7 @@ def test_tile_loop_budgets(monkeypatch):
     assert len(loops) == 2, fwd
     for loop in loops:
         count = dict(re.findall(r"([A-Z][A-Z0-9.]*) (\d+)", loop))
-        assert (count["HGMMA"], count["MUFU.EX2"], count["FMUL"]) == ("12", "66", "34"), loop
+        assert (count["HGMMA"], count["MUFU.EX2"], count["FMUL"]) == ("24", "132", "68"), loop
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
@@ -139,13 +140,20 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, shared, h
     staging tiles): no spills, no serialised wgmma (at most one wait per 4 HGMMA), its HGMMA
     count (d=128 per consumer and tile S 8, dP 8, dV 4, dK 4, dQ 2 x 4; d=64 S 4, dP 4, dV
     4, dK 4, dQ 2 x 2; doubled by the peeled last tile) and the shared memory it had
-    offline, within one H200 SM's."""
+    offline, within one H200 SM's. (The forward compiled beside it spills 28 B at d=128
+    unmasked: item-level values outside the tile loops, since its loop runs two tiles a trip,
+    measured 1.1% faster all the same (kernels/fwd_hopper.py); held under 32 B here.)"""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
+    fwd_spills = d == 128 and mask == "--no-causal"
+    # (the script exits 1 on any spill: the forward's allowance is checked below)
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d), "--seqlen", seqlen,
-               *([mask] if mask == "--causal" else []))
+               *([mask] if mask == "--causal" else []), ok=(0, 1) if fwd_spills else (0,))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
     assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dkdv rows", "gluon dq"}, out
+    for name in ("gluon fwd (ws)", "gluon dkdv", "gluon dq"):
+        spill = int(re.search(r"(\d+) bytes spill stores", lines[name]).group(1))
+        assert spill <= (32 if fwd_spills and name == "gluon fwd (ws)" else 0), lines[name]
     line = lines["gluon dkdv rows"]
     assert " 0 bytes spill stores" in line and "C75" not in line, line
     assert int(re.search(r"shared (\d+) B", line).group(1)) == shared, line

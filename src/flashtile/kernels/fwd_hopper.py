@@ -91,7 +91,8 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - own tiles per consumer (causal): time -2% to -5% at d=128 512/1k and d=256 (session 24);
 - ``NEXT_S0``: time -0.6% to -3.4% at d=128 causal, +0.3% to +1.7% unmasked (session 24);
 - the in-turn loop two tiles a trip: time -1.0% / -2.5% / -2.6% at d=64 unmasked 1k / 4k /
-  16k, -1.1% at d=128 unmasked 4k and 16k (session 26);
+  16k, -1.1% at d=128 unmasked 4k and 16k (session 26; at d=128 with 28 B of item-level
+  spills outside the tile loops, which one tile a trip did not have);
 - d=128 causal 512: neither tensor- nor HBM-bound; per-item latencies remain (Nsight, session 24);
 - one in 8 or one in 4 of P's exponentials by a cubic on the FMA pipes (FA4's device): time
   -0.3% to +3% / +1% to +6% at d=64 (session 26; session 13, P in shared memory: -14% to +5%);
