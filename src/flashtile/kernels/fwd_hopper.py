@@ -7,7 +7,8 @@ tile-level forward (:mod:`.fwd`) does, so the backward is shared, but states the
 tile, causal only with ``seqlen_q == seqlen_k``, ``softmax_scale`` > 0, q/k/v whose (batch,
 seqlen) and (heads, d) axes each fold into one (the usual contiguous ``(b, s, h, d)``).
 ``FLASHTILE_GLUON_FWD`` unset or ``auto`` runs the cases of :data:`AHEAD` (d=64 causal from
-:data:`CAUSAL_AHEAD_FROM` keys on), ``1`` every covered call, ``0`` none; :func:`supports` decides, other calls run :mod:`.fwd`.
+:data:`CAUSAL_AHEAD_FROM` keys on), ``1`` every covered call, ``0`` none; :func:`supports`
+decides, other calls run :mod:`.fwd`.
 
 Notation:
 
@@ -355,12 +356,12 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
                   CAUSAL: gl.constexpr):
     """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32, unscaled: masked; P =
-    exp2(s * qk_scale - m) (fp32, the layout of ``s``), the new row max m (log2 domain), the discount ``alpha`` of
-    the earlier tiles and the new row sum (``(rows,)`` each). The scale goes into each
-    score's exponent as one FFMA, and the row max is taken before scaling (``qk_scale`` > 0,
-    :func:`supports`): a separate multiply per score costs 64 of a d=64 tile's ~516
-    instructions per thread, whose issue slots (two consumers a scheduler) match the
-    tensor cores' time for the tile (offline SASS, session 25). P is stored (fenced) to
+    exp2(s * qk_scale - m) (fp32, the layout of ``s``), the new row max m (log2 domain), the
+    discount ``alpha`` of the earlier tiles and the new row sum (``(rows,)`` each). The scale
+    goes into each score's exponent as one FFMA, and the row max is taken before scaling
+    (``qk_scale`` > 0, :func:`supports`): a separate multiply per score cost 64 of a d=64
+    tile's ~516 instructions per thread, whose issue slots (two consumers a scheduler) matched
+    the tensor cores' time for the tile (offline SASS, session 25). P is stored (fenced) to
     ``p_buf``, the shared-memory A operand of its P V, unless ``p_buf`` is None
     (:func:`_rs_softmax`: P in registers; in session 9's schedule that made ptxas serialise
     every wgmma, C7512)."""
@@ -382,26 +383,36 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
 def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_zero, acc, m_i,
               l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
-              p_layout: gl.constexpr):
+              p_layout: gl.constexpr, PAIRS: gl.constexpr):
     """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
-    (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on), two tiles a
-    trip and an odd count's last one after: P_j and P_{j+1} then alternate register sets, so
-    half of the moves of P into the A operand's registers go (offline at d=64: 429
-    instructions a tile against 453 one tile a trip). Returns (P, O, row max, row sum)."""
-    for jj in range(0, n_tiles - 3, 2):
-        for u in gl.static_range(2):
-            s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                  s_zero, acc, it + jj + u, NUM_STAGES)
-            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + u + 1, n_unmasked,
-                                           qk_scale, v_empty, it + jj + u, anchor, NUM_STAGES,
+    (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on). ``PAIRS``:
+    two tiles a trip and an odd count's last one after: P_j and P_{j+1} then alternate
+    register sets, so half of the moves of P into the A operand's registers go (offline at
+    d=64: 429 instructions a tile against 453 one tile a trip), for 32 more registers of P.
+    Returns (P, O, row max, row sum)."""
+    if PAIRS:
+        for jj in range(0, n_tiles - 3, 2):
+            for u in gl.static_range(2):
+                s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                      s_zero, acc, it + jj + u, NUM_STAGES)
+                p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + u + 1,
+                                               n_unmasked, qk_scale, v_empty, it + jj + u,
+                                               anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout,
+                                               p_layout)
+        if n_tiles % 2 == 1 and n_tiles > 2:
+            j = n_tiles - 3
+            s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
+                                  acc, it + j, NUM_STAGES)
+            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                           qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout)
-    if n_tiles % 2 == 1 and n_tiles > 2:
-        j = n_tiles - 3
-        s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
-                              acc, it + j, NUM_STAGES)
-        p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale,
-                                       v_empty, it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                       o_layout, p_layout)
+    else:
+        for j in range(n_tiles - 2):
+            s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
+                                  acc, it + j, NUM_STAGES)
+            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                           qk_scale, v_empty, it + j, anchor, NUM_STAGES,
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
     return p, acc, m_i, l_i
 
 
@@ -743,7 +754,8 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 p, acc, m_i, l_i = _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready,
                                              k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
                                              n_tiles, n_unmasked, qk_scale, it, anchor,
-                                             NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout)
+                                             NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout,
+                                             True)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
@@ -925,12 +937,12 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
                                            None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
-        for j in range(n_tiles - 2):
-            s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                  s_zero, acc, it + j, NUM_STAGES)
-            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
-                                           qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout)
+        # (one tile a trip: with two, the second P's registers made ptxas spill 140 B at
+        # d=128 beside the previous item's O, offline)
+        p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                     v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
+                                     qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                     o_layout, p_layout, False)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
