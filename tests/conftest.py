@@ -1,6 +1,7 @@
 """Test set-up: fixed seeds, NaN-poisoned kernel outputs, GPU tests skipped (and counted as
 skipped) without a GPU."""
 
+import collections
 import os
 
 # Kernel launchers fill their outputs with NaN before the launch when this is set, so an element
@@ -73,12 +74,10 @@ def _keep_shard(config, items) -> None:
     if not (i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
         raise pytest.UsageError(f"FLASHTILE_TEST_SHARD must be i/n with 1 <= i <= n (e.g. 1/2), "
                                 f"got {spec!r}")
-    counts: dict[str, int] = {}
-    for item in items:
-        counts[item.nodeid.split("::")[0]] = counts.get(item.nodeid.split("::")[0], 0) + 1
-    keep = shard_files(counts, int(n))[int(i) - 1]
-    kept = [item for item in items if item.nodeid.split("::")[0] in keep]
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    files = [item.nodeid.split("::")[0] for item in items]
+    keep = shard_files(collections.Counter(files), int(n))[int(i) - 1]
+    kept = [item for item, f in zip(items, files) if f in keep]
+    config.hook.pytest_deselected(items=[item for item, f in zip(items, files) if f not in keep])
     items[:] = kept
 
 
