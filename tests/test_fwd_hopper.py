@@ -443,6 +443,19 @@ def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
                  "FLASHTILE_GLUON_FWD_NEXT_S0", ahead, "NEXT_S0")
 
 
+@gluon_cases_over([(2, 1024, 4, 2, 64), (1, 512, 2, 2, 128), (1, 384, 2, 2, 64)])
+@pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
+def test_diagonal_inside_the_tile_loop(gluon_calls, monkeypatch, shape, causal, dtype, ahead):
+    """32-key tiles (``FLASHTILE_GLUON_FWD_CONFIG=64,32,4,240``): a consumer's 64 rows reach
+    the diagonal in two key tiles, so causal, the mask applies inside the tile loop and not
+    only on the peeled last tile (at the default tiles the diagonal's one tile is the peeled
+    last), S_0 ahead and in turn, and items of 2 to 12 tiles (384 keys: three items a head,
+    each consumer reading up to its diagonal). Outputs (NaN-poisoned before the launch) and
+    gradients within budget."""
+    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, "64,32,4,240",
+                 "FLASHTILE_GLUON_FWD_NEXT_S0", ahead, "NEXT_S0")
+
+
 @pytest.mark.parametrize("d,config,applies", [
     (128, (64, 128, 2), True), (128, (64, 64, 4), True), (64, (64, 128, 4), True),
     (96, (64, 128, 2), False), (256, (64, 64, 2), False), (128, (64, 128, 3), False)])
