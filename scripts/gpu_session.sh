@@ -43,10 +43,10 @@ for step in $STEPS; do
       # several GPUs the workers spread over them (tests/conftest.py), one process per core.
       # On one GPU the suite (~1,600 tests) outlasts a device call: FLASHTILE_TEST_SHARD=1/2,
       # then =2/2 in the next call, runs half the test files each (tests/conftest.py).
-      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-560} python3 -m pytest tests -q -rfE \
+      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-560} python3 -m pytest tests -q -rfEs \
         -n ${TEST_PROCS:-$(nproc)} -p no:cacheprovider --durations=8 2>&1 | tee "$OUT/alltests.log" | tail -40 ;;
     pytest) # chosen test files and filter: PYTEST_ARGS="tests/a.py tests/b.py" PYTEST_K="dropout or rng"
-      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -rfE -p no:cacheprovider \
+      FLASHTILE_AUTOTUNE=0 timeout ${TESTS_TIMEOUT:-330} python3 -m pytest -q -rfEs -p no:cacheprovider \
         -n ${TEST_PROCS:-8} ${PYTEST_ARGS:-tests/test_kernels.py} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
         | tee "$OUT/pytest.log" | tail -15 ;;
     tests)

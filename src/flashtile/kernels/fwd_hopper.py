@@ -98,6 +98,11 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - one in 8 or one in 4 of P's exponentials by a cubic on the FMA pipes (FA4's device): time
   -0.3% to +3% / +1% to +6% at d=64 (session 26; session 13, P in shared memory: -14% to +5%);
   removed, kept as ``docs/experiments/fwd-exp-emu-s25.patch`` (on 1990fba);
+- causal, the tiles below the diagonal in a loop without the mask (-25% to -30% instructions
+  a tile): time level, 0.95-1.01x (session 27): the issue slots do not bind; kept as
+  ``docs/experiments/causal-split-s26.patch`` (on e19f886);
+- three consumers at d=64 (192-row items, 64-key tiles): time -2% to +16%, slower at 4 of 6
+  points (session 27); kept as ``docs/experiments/fwd-three-consumers-s25.patch`` (on 261084f);
 - offline (``scripts/inspect_kernels.py --gluon``, the 128-key defaults and d=256): none
   serialised, no spills in the tile loops;
 - ping-pong consumers (turns at the tensor cores): 2-30% slower, session 9 (dropped);
