@@ -3,7 +3,7 @@
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
-#          gluonfwdsweep ab branches
+#          gluonfwdsweep ab branches stalls
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 # Branches in the same call: `git archive BRANCH | tar -x -C .branches/BRANCH` (git-ignored)
 # and `git rev-parse --short BRANCH > .branches/BRANCH/COMMIT`, carry .branches, and run the
@@ -165,6 +165,25 @@ PY
         | tail -80 ;;
     long)
       FLASHTILE_AUTOTUNE=0 python3 scripts/long_sequence.py 2>&1 | tee "$OUT/long.log" ;;
+    stalls) # where each kernel's warps wait (Nsight Compute's stall sampling; table by
+      # scripts/stall_table.py): STALL_POINTS="d:seqlen[:causal] ..." (16k tokens, nheads
+      # 2048/d), one STALL_MODE (fwd | fwdbwd) step of flashtile and of cuDNN each; flashtile's
+      # switches (e.g. FLASHTILE_GLUON_FWD=1) pass through the environment
+      ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)}
+      csvs=()
+      for point in ${STALL_POINTS:-64:4096 64:1024:causal}; do
+        IFS=: read -r d n c <<< "$point"
+        for provider in flashtile sdpa-cudnn; do
+          f="$OUT/stalls-$provider-d$d-$n${c:+-causal}.csv"
+          timeout ${STALL_TIMEOUT:-150} "$ncu" --profile-from-start off --clock-control none \
+            --section SpeedOfLight --csv --page raw \
+            --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+            python3 scripts/pipe_profile.py --provider $provider --mode ${STALL_MODE:-fwd} \
+            --d $d --seqlen $n ${c:+--causal} > "$f" 2> "$f.err" || tail -3 "$f.err"
+          csvs+=("$f")
+        done
+      done
+      python3 scripts/stall_table.py "${csvs[@]}" 2>&1 | tee "$OUT/stalls.md" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
     ab) # same-run A/B in alternating runs, so that drift within a call falls on both sides:

@@ -327,3 +327,27 @@ def test_shard_variable_selects_and_refuses(tmp_path):
                          capture_output=True, text=True,
                          env={**os.environ, "FLASHTILE_TEST_SHARD": "3/2"}, cwd=tmp_path)
     assert out.returncode != 0 and "FLASHTILE_TEST_SHARD must be i/n" in out.stdout + out.stderr
+
+
+def test_stall_table_reads_ncu_raw_csv(tmp_path):
+    """scripts/stall_table.py on an ``ncu --csv --page raw`` output (header, units row, a
+    stray print, two kernels): times from the units row (ms here), reasons ranked by cycles
+    per issued instruction, the short kernel left out by ``--min-us``."""
+    reason = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    header = ["ID", "Process ID", "Kernel Name", "gpu__time_duration.sum",
+              reason.format("barrier"), reason.format("long_scoreboard"),
+              reason.format("math_pipe_throttle")]
+    lines = ['==PROF== Connected to process 1', "profiled one fwd step",
+             ",".join(f'"{h}"' for h in header),
+             '"","","","msecond","ratio","ratio","ratio"',
+             '"0","1","_fwd_hopper_kernel(int, int)","1.5","0.40","2.25","1,100.5"',
+             '"1","1","tiny_kernel","0.001","9.0","0.0","0.0"']
+    csv_path = tmp_path / "flashtile.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    out = _run("stall_table.py", str(csv_path), "--top", "2", "--min-us", "5")
+    rows = [x for x in out.splitlines() if x.startswith("| flashtile |")]
+    assert rows == ["| flashtile | _fwd_hopper_kernel | 1500.0 | math_pipe_throttle 1100.50, "
+                    "long_scoreboard 2.25 | 1103.15 |"], out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ncu: no kernels were profiled\n")
+    assert "no ncu raw CSV found" in _run("stall_table.py", str(bad))
