@@ -746,8 +746,8 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
             p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
                                                None, BLOCK_N, CAUSAL)
             p = gl.convert_layout(p.to(dtype), p_layout)
-            for j in range(n_tiles - 2):
-                if HEAD_D2 > 0:
+            if HEAD_D2 > 0:
+                for j in range(n_tiles - 2):
                     s, acc, acc2 = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready,
                                                 k_empty, s_zero, acc, it + j, NUM_STAGES, acc2,
                                                 q_smem2, k_smem2, v_smem2)
@@ -755,7 +755,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
                         it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
                         o2_layout)
-            if HEAD_D2 == 0:
+            else:
                 p, acc, m_i, l_i = _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready,
                                              k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
                                              n_tiles, n_unmasked, qk_scale, it, anchor,
