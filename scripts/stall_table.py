@@ -74,6 +74,9 @@ def read(text: str) -> list[dict]:
 
 
 def table(kernels: list[dict], label: str, top: int, min_us: float) -> list[str]:
+    """Markdown rows, one per kernel of at least ``min_us`` µs (or of unknown time): its name
+    without arguments, µs, its ``top`` stall reasons by cycles per issued instruction, and
+    the sum over all reasons."""
     out = []
     for k in kernels:
         if k["us"] is not None and k["us"] < min_us:
