@@ -3,7 +3,7 @@
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
-#          gluonfwdsweep ab branches stalls
+#          gluonfwdsweep ab branches stalls stallsrc
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 # Branches in the same call: `git archive BRANCH | tar -x -C .branches/BRANCH` (git-ignored)
 # and `git rev-parse --short BRANCH > .branches/BRANCH/COMMIT`, carry .branches, and run the
@@ -184,6 +184,27 @@ PY
         done
       done
       python3 scripts/stall_table.py "${csvs[@]}" 2>&1 | tee "$OUT/stalls.md" ;;
+    stallsrc) # where in each kernel the warps wait: Nsight Compute's stall samples per SASS
+      # instruction (scripts/stall_sources.py), for the STALL_POINTS of `stalls` and the
+      # STALL_PROVIDERS (default: flashtile sdpa-cudnn; cuDNN's SASS is read as well); the
+      # reports and CSVs in one archive (the device returns at most 8 files)
+      ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)}
+      mkdir -p "$OUT/stallsrc"; csvs=()
+      for point in ${STALL_POINTS:-64:4096 64:1024:causal}; do
+        IFS=: read -r d n c <<< "$point"
+        for provider in ${STALL_PROVIDERS:-flashtile sdpa-cudnn}; do
+          f="$OUT/stallsrc/$provider-d$d-$n${c:+-causal}"
+          timeout ${STALL_TIMEOUT:-150} "$ncu" --profile-from-start off --clock-control none \
+            --section SourceCounters --section WarpStateStats --import-source no -f -o "$f" \
+            python3 scripts/pipe_profile.py --provider $provider --mode ${STALL_MODE:-fwd} \
+            --d $d --seqlen $n ${c:+--causal} > "$f.log" 2>&1 || tail -3 "$f.log"
+          "$ncu" --import "$f.ncu-rep" --page source --print-source sass --csv > "$f.csv" \
+            2>> "$f.log" && csvs+=("$f.csv")
+        done
+      done
+      python3 scripts/stall_sources.py "${csvs[@]}" --top ${STALL_TOP:-15} 2>&1 \
+        | tee "$OUT/stallsrc/stallsrc.md" | grep -E "^(## |[0-9]+ instructions|Reasons)"
+      tar czf "$OUT/stallsrc.tgz" -C "$OUT" stallsrc && rm -rf "$OUT/stallsrc" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;
     ab) # same-run A/B in alternating runs, so that drift within a call falls on both sides:

@@ -351,3 +351,35 @@ def test_stall_table_reads_ncu_raw_csv(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("ncu: no kernels were profiled\n")
     assert "no ncu raw CSV found" in _run("stall_table.py", str(bad))
+
+
+def test_stall_sources_reads_ncu_source_csv(tmp_path):
+    """scripts/stall_sources.py on an ``ncu --page source --print-source sass --csv`` export
+    (kernel line, header, five instructions): the parked warps' ``NOP`` samples set apart,
+    reasons as shares of the active samples, windows of instructions, and the mbarrier wait's
+    retry branch ranked first and named after its ``TRYWAIT``."""
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)",
+              "Warp Stall Sampling (Not-issued Samples)", "Instructions Executed",
+              "stall_barrier", "stall_long_sb", "stall_wait", "stall_barrier (Not Issued)"]
+    body = [["0x0", "  HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ", "10", "8", "2,048", "0",
+             "0", "10", "0"],
+            ["0x10", "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR15+0x38300], R88", "5", "5", "2048",
+             "0", "0", "5", "0"],
+            ["0x20", "@!P0  BRA 0x7fc2737b7390", "60", "60", "2048", "0", "60", "0", "0"],
+            ["0x30", "NOP", "300", "300", "132", "300", "0", "0", "300"],
+            ["0x40", "FMNMX R3, R24, R25, !PT", "25", "20", "2048", "5", "0", "20", "5"]]
+    lines = ['"Kernel Name","_fwd_hopper_kernel",', ",".join(f'"{h}"' for h in header)]
+    lines += [",".join(f'"{x}"' for x in row) for row in body]
+    csv_path = tmp_path / "sass.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    out = _run("stall_sources.py", str(csv_path), "--window", "3", "--top", "2")
+    assert "parked warps 300 (75.0%)" in out, out
+    assert "Reasons (% of active samples): long_sb 60.0, wait 35.0, barrier 5.0" in out, out
+    assert "| 0-2 | 75.0 | 2048 | long_sb 60.0, wait 15.0 |" in out, out
+    assert "| 3-5 | 25.0 | 2048 | wait 20.0, barrier 5.0 |" in out, out
+    ranked = [x for x in out.splitlines() if x.startswith("| 2 |") or x.startswith("| 4 |")]
+    assert ranked[0].startswith("| 2 | `@!P0  BRA 0x7fc2737b7390` after `SYNCS.PHASECHK"), out
+    assert len(ranked) == 2 and "| 60.00 | 2048 |" in ranked[0], out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("==ERROR== no kernels\n")
+    assert "no SASS source page found" in _run("stall_sources.py", str(bad), ok=(1,))
