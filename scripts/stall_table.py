@@ -17,6 +17,9 @@ back-off), ``selected`` (the cycle it issued). Make the CSV with (one step of on
 then ``python3 scripts/stall_table.py flashtile.csv cudnn.csv [--top 8]``: per kernel of at
 least ``--min-us`` µs, its time and its leading stall reasons (cycles per issued
 instruction, the sum of all reasons last). ``gpu_session.sh stalls`` runs both steps.
+In a warp-specialised kernel these averages include the warps parked until the region ends
+(a quarter of the Gluon forward's samples, as ``barrier``): ``scripts/stall_sources.py``
+sets them apart and says where in the SASS the others wait.
 """
 
 from __future__ import annotations
