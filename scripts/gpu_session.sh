@@ -202,8 +202,9 @@ PY
             2>> "$f.log" && csvs+=("$f.csv")
         done
       done
-      python3 scripts/stall_sources.py "${csvs[@]}" --top ${STALL_TOP:-15} 2>&1 \
-        | tee "$OUT/stallsrc/stallsrc.md" | grep -E "^(## |[0-9]+ instructions|Reasons)"
+      [ ${#csvs[@]} -gt 0 ] && python3 scripts/stall_sources.py "${csvs[@]}" \
+        --top ${STALL_TOP:-15} 2>&1 | tee "$OUT/stallsrc/stallsrc.md" \
+        | grep -E "^(## |[0-9]+ instructions|Reasons)"
       tar czf "$OUT/stallsrc.tgz" -C "$OUT" stallsrc && rm -rf "$OUT/stallsrc" ;;
     ledger)
       python3 -m flashtile ledger --paper --measure --ncu --out "$OUT/ledger" 2>&1 | tee "$OUT/ledger.log" ;;

@@ -64,8 +64,11 @@ def read(text: str) -> tuple[str, list[dict]]:
 
 def parked(instruction: dict) -> bool:
     """A warp that only waits for the partitions to end (its samples cost no issue slot):
-    Triton parks the warp-specialised region's idle warps on a ``NOP``."""
-    return instruction["sass"].split(" ")[0] == "NOP"
+    Triton parks the warp-specialised region's idle warps on a ``NOP`` after a ``BAR.SYNC``,
+    so their samples are ``barrier`` stalls (a padding ``NOP`` that warps pass is not)."""
+    stalls = instruction["stalls"]
+    return (instruction["sass"].split(" ")[0] == "NOP"
+            and 2 * stalls.get("barrier", 0) >= max(instruction["samples"], 1))
 
 
 def _leading(stalls: dict, total: int, n: int) -> str:
@@ -78,7 +81,7 @@ def report(kernel: str, instructions: list[dict], window: int, top: int) -> str:
     total = sum(i["samples"] for i in instructions)
     idle = sum(i["samples"] for i in instructions if parked(i))
     active = [i for i in instructions if not parked(i)]
-    busy = total - idle
+    busy = total - idle or 1          # (shares of nothing: no active sample at all)
     reasons: dict[str, int] = {}
     for i in active:
         for r, v in i["stalls"].items():
