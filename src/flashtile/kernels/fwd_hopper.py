@@ -103,8 +103,8 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
   ``docs/experiments/causal-split-s26.patch`` (on e19f886);
 - three consumers at d=64 (192-row items, 64-key tiles): time -2% to +16%, slower at 4 of 6
   points (session 27); kept as ``docs/experiments/fwd-three-consumers-s25.patch`` (on 261084f);
-- row max and sum as trees (halved inside each thread first): time +2% to +8% at 12 of 16
-  points (session 28); K one tile ahead of V in the loader: -3% to +3%, +3.4% at d=128
+- row max and sum as trees (halved inside each thread first): time +2% to +8% at 10 of 16
+  points (session 28); K one tile ahead of V in the loader: -3% to +3.5%, +3.5% at d=128
   causal 512 (session 28); FA3's ping-pong through named barriers (inline ``bar.sync`` /
   ``bar.arrive``, unmasked): level, geomean 0.994 (session 28); 64-key tiles at d=64 causal:
   level with the tile-level forward at 512, 2-10% slower at 1k/2k (session 28); kept as
