@@ -259,8 +259,9 @@ def _fwd_configs():
         return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
     bm, bn = env_block("FLASHTILE_FWD_BLOCK_M"), env_block("FLASHTILE_FWD_BLOCK_N")
     if bm and bn:
-        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=8 if bm >= 128 else 4,
-                              num_stages=3)]
+        warps = env_block("FLASHTILE_FWD_WARPS") or (8 if bm >= 128 else 4)
+        return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps,
+                              num_stages=env_block("FLASHTILE_FWD_STAGES") or 3)]
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
             for (m, n, w, s) in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3),
                                  (64, 64, 4, 3), (128, 32, 4, 4), (64, 32, 4, 2)]]
