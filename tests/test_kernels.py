@@ -200,3 +200,61 @@ def _gpu_cases():
 @pytest.mark.parametrize("shape,causal", _gpu_cases())
 def test_gpu_matrix(shape, causal, dtype):
     check(*shape, dtype, causal=causal)
+
+
+# ----------------------------------------------------------------------------------------------
+# Two query tiles a program (kernels.fwd._fwd_pairs_kernel, FLASHTILE_FWD_PAIRS=1): causal
+# self-attention only. Tile counts even and odd (the middle tile alone), one tile, lengths off
+# the tile (the diagonal tile reaches past the keys), GQA/MQA, padded head dims.
+PAIRS_CPU = [(1, 48, 48, 2, 1, 16, 16), (2, 37, 37, 2, 2, 24, 24), (1, 16, 16, 1, 1, 16, 16),
+             (1, 5, 5, 2, 2, 8, 8), (1, 80, 80, 3, 3, 40, 40)]
+PAIRS_GPU = [(2, 512, 512, 8, 8, 64, 64), (1, 1000, 1000, 8, 2, 64, 64),
+             (3, 320, 320, 4, 1, 128, 128), (1, 64, 64, 2, 2, 96, 96),
+             (2, 257, 257, 4, 4, 32, 32), (1, 384, 384, 2, 2, 256, 256)]
+
+
+@pytest.fixture
+def pairs_forward(monkeypatch):
+    """The pairs kernel switched on (the Gluon forward off, so that it gets every case); yields
+    the list of its launches, so a test can tell that it ran."""
+    from flashtile.kernels import fwd, plans
+    plans.clear()
+    monkeypatch.setenv("FLASHTILE_FWD_PAIRS", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")
+    calls = []
+    real = fwd._launch_pairs
+    monkeypatch.setattr(fwd, "_launch_pairs", lambda q, *a: (calls.append(q.shape), real(q, *a)))
+    yield calls
+    plans.clear()
+
+
+@pytest.mark.parametrize("shape", PAIRS_CPU, ids=lambda s: shape_id(*s))
+def test_pairs_forward(shape, pairs_forward):
+    if GPU:
+        pytest.skip("the interpreter's shapes; the GPU runs test_pairs_forward_gpu")
+    check(*shape, DTYPES[1], causal=True)
+    assert pairs_forward, "the pairs kernel did not run"
+
+
+def test_pairs_forward_only_where_it_applies(pairs_forward):
+    """Not causal, sq != sk, a window, softcap: the one-tile kernel, with the same answers."""
+    check(1, 40, 40, 2, 2, 16, 16, DTYPES[0])
+    check(1, 40, 52, 2, 2, 16, 16, DTYPES[0], causal=True)
+    check(1, 40, 40, 2, 2, 16, 16, DTYPES[0], causal=True, window=(5, -1))
+    check(1, 40, 40, 2, 2, 16, 16, DTYPES[0], causal=True, softcap=2.0)
+    assert not pairs_forward
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pick", range(4), ids=lambda i: f"config{i}")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", PAIRS_GPU, ids=lambda s: shape_id(*s))
+def test_pairs_forward_gpu(shape, dtype, pick, pairs_forward, monkeypatch):
+    """Every config of the list (``FLASHTILE_CONFIG_PICK``; d=256 keeps only the 64-row ones,
+    so its picks 2 and 3 wrap around to them)."""
+    from flashtile.kernels import fwd
+    monkeypatch.setenv("FLASHTILE_CONFIG_PICK", str(pick))
+    fwd._fwd_pairs_launch.reset()
+    check(*shape, dtype, causal=True)
+    assert pairs_forward, "the pairs kernel did not run"
+    fwd._fwd_pairs_launch.reset()
