@@ -306,8 +306,6 @@ def main() -> int:
     from flashtile.kernels import bwd, fwd
     sink = []
     fwd._fwd_launch = Capture("fwd", fwd._fwd, _config(args.fwd), sink)
-    # (FLASHTILE_FWD_PAIRS=1: causal calls compile the two-tiles-a-program forward instead)
-    fwd._fwd_pairs_launch = Capture("fwd pairs", fwd._fwd_pairs, _config(args.fwd), sink)
     bwd._dkdv_launch = Capture("dkdv", bwd._dkdv, _config(args.dkdv), sink)
     bwd._dq_launch = Capture("dq", bwd._dq, _config(args.dq), sink)
     bwd._bwd_preprocess = Capture("preprocess", type("T", (), {"fn": bwd._bwd_preprocess})(),

@@ -21,8 +21,8 @@ import triton.language as tl
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, env_block, env_forced, getenv, gluon_kernels, gluon_settings,
-                     graph_bench, interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
+                     dropout_keep, env_block, gluon_kernels, gluon_settings, graph_bench,
+                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      score_args, scores_log2, seq_bounds, seq_bucket, softmax_step, sparse_args,
                      strides, tile_ranges, tile_start, next_tile_start, varlen_args, window_args)
 
@@ -231,100 +231,17 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
                                    PRECISION, SCALE_IN_EXP)
 
-    _store_rows(O + off_b * stride_ob + off_h * stride_oh + q_start * stride_os,
-                LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start, stride_os,
-                acc, l_i, m_i, offs_m, offs_dv, seqlen_q, head_dv, dropout_p, HAS_DROPOUT)
-
-
-@triton.jit
-def _store_rows(o_base, lse_base, stride_os, acc, l_i, m_i, offs_m, offs_dv, seqlen_q, head_dv,
-                dropout_p, HAS_DROPOUT: tl.constexpr):
-    """Normalise a finished query tile and write its rows ``offs_m`` (those below
-    ``seqlen_q``): ``out = acc / l_i`` (times ``1/(1-p)`` with dropout) and the natural-log
-    LSE. Rows that saw no key get output 0 and LSE -inf (DESIGN.md), never 0/0."""
+    # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     if HAS_DROPOUT:
         out = out * (1.0 / (1.0 - dropout_p))
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * LN2_K)
     row_ok = offs_m < seqlen_q
-    tl.store(lse_base + offs_m, lse, mask=row_ok)
-    o_ptrs = o_base + offs_m[:, None] * stride_os + offs_dv[None, :]
-    tl.store(o_ptrs, out.to(o_base.dtype.element_ty),
-             mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
-
-
-@triton.jit(do_not_specialize=NO_SPECIALIZE)
-def _fwd_pairs_kernel(Q, K, V, O, LSE,
-                      stride_qb, stride_qs, stride_qh, stride_kb, stride_ks, stride_kh,
-                      stride_vb, stride_vs, stride_vh, stride_ob, stride_os, stride_oh,
-                      stride_lse_b, stride_lse_h, nheads, group, seqlen_q, head_d, head_dv,
-                      qk_scale, seq_bucket,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_D: tl.constexpr,
-                      HEAD_DV: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-                      EVEN_N: tl.constexpr, PRECISION: tl.constexpr):
-    """Causal self-attention (``seqlen_q == seqlen_k``, plain scores), two query tiles a
-    program in one tile loop: query tile ``n - 1 - pair`` (``n - pair`` key tiles), then tile
-    ``pair`` (``pair + 1``), so every program folds ``n + 1`` tiles (one middle tile alone
-    when ``n`` is odd). Both Q tiles are loaded before the loop and the key tiles of the two
-    stream through one software pipeline: the second tile's Q and first K/V loads wait on
-    nothing, where a program per tile waited on its Q, then on its first K/V tiles, then
-    drained (at d=64 causal 512, 56% of the one-tile kernel's stall samples fell outside its
-    tile loop: docs/perf.md, session 28). The causal mask runs on each tile's diagonal tile
-    only; ``BLOCK_M == BLOCK_N``, so that tile is the last of each tile's keys."""
-    tl.static_assert(BLOCK_M == BLOCK_N)
-    pid = tl.program_id(0)
-    n_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-    n_pairs = (n_tiles + 1) // 2
-    bh = pid // n_pairs
-    pair = pid % n_pairs
-    off_h = (bh % nheads).to(tl.int64)
-    off_b = (bh // nheads).to(tl.int64)
-    off_hkv = off_h // group
-    first = n_tiles - 1 - pair                  # the heavier tile, then the lighter one
-    n_first = first + 1                         # key tiles of the first (and tile numbers)
-    total = n_first + tl.where(first == pair, 0, pair + 1)
-
-    offs_b = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_D)
-    offs_dv = tl.arange(0, HEAD_DV)
-    q_base = Q + off_b * stride_qb + off_h * stride_qh
-    k_base = K + off_b * stride_kb + off_hkv * stride_kh
-    v_base = V + off_b * stride_vb + off_hkv * stride_vh
-    o_base = O + off_b * stride_ob + off_h * stride_oh
-    lse_base = LSE + off_b * stride_lse_b + off_h * stride_lse_h
-
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DV], tl.float32)
-    for t in range(0, total):
-        second = t >= n_first
-        key_tile = tl.where(second, t - n_first, t)
-        q_tile = tl.where(second, pair, first)
-        q = load_tile(q_base, q_tile * BLOCK_M + offs_b, stride_qs, offs_d, seqlen_q, head_d,
-                      not EVEN_N, EVEN_D)
-        offs_n = key_tile * BLOCK_N + offs_b
-        # (only the last tile of the keys can reach past them: it is a diagonal tile)
-        k = load_tile(k_base, offs_n, stride_ks, offs_d, seqlen_q, head_d, not EVEN_N, EVEN_D)
-        s2 = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
-        if key_tile == q_tile:
-            s2 = tl.where(offs_b[None, :] <= offs_b[:, None], s2, float("-inf"))
-        if t == n_first:
-            # The first query tile is done: write it here, where the wait for S_t has already
-            # waited for the last P V (the wgmma groups complete in order), then start afresh.
-            # acc needs no reset: with m_i = -inf the discount below is exp2(-inf) = 0.
-            _store_rows(o_base, lse_base, stride_os, acc, l_i, m_i, first * BLOCK_M + offs_b,
-                        offs_dv, seqlen_q, head_dv, 0.0, False)
-            m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-            l_i = tl.zeros([BLOCK_M], tl.float32)
-        p, alpha, l_i, m_new = softmax_step(s2, m_i, l_i, False, qk_scale)
-        v = load_tile(v_base, offs_n, stride_vs, offs_dv, seqlen_q, head_dv, not EVEN_N, EVEN_DV)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)
-        m_i = m_new
-    last = tl.where(total > n_first, pair, first)
-    _store_rows(o_base, lse_base, stride_os, acc, l_i, m_i, last * BLOCK_M + offs_b, offs_dv,
-                seqlen_q, head_dv, 0.0, False)
+    tl.store(LSE + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m, lse, mask=row_ok)
+    o_ptrs = (O + off_b * stride_ob + off_h * stride_oh + (q_start + offs_m[:, None]) * stride_os
+              + offs_dv[None, :])
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None] & (offs_dv[None, :] < head_dv))
 
 
 def scale_in_exp(params) -> bool:
@@ -362,54 +279,6 @@ _fwd_launch = TunedLaunch(_fwd)
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
 
 
-def pairs_case(q: torch.Tensor, k: torch.Tensor, params) -> bool:
-    """Whether :func:`_fwd_pairs_kernel` (two query tiles a program) runs the call: causal
-    self-attention of dense ``(b, s, h, d)`` tensors (``seqlen_q == seqlen_k``) with plain
-    scores (:func:`scale_in_exp`) and nothing else fused, and ``FLASHTILE_FWD_PAIRS``: ``1``
-    on, ``0`` off, unset or ``auto`` off (not measured ahead yet)."""
-    if not env_forced("FLASHTILE_FWD_PAIRS"):
-        return False
-    return (q.dim() == 4 and params.cu_seqlens_q is None and params.block_table is None
-            and params.window_left == -1 and params.window_right == 0
-            and q.shape[1] == k.shape[1] and scale_in_exp(params) and params.dropout_p == 0
-            and params.mask_mod is None and params.block_mask is None)
-
-
-def _pairs_configs():
-    if interpreting():
-        return [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}, num_warps=4, num_stages=1)]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": m}, num_warps=w, num_stages=s)
-            for (m, w, s) in [(64, 4, 3), (64, 4, 2), (128, 8, 3), (128, 8, 2)]]
-
-
-_fwd_pairs = triton.autotune(
-    configs=_pairs_configs(),
-    key=["HEAD_D", "HEAD_DV", "PRECISION", "seq_bucket"],
-    cache_results=True, do_bench=graph_bench,
-    prune_configs_by={"early_config_prune": prune_configs},
-)(_fwd_pairs_kernel)
-_fwd_pairs_launch = TunedLaunch(_fwd_pairs)
-
-
-def _launch_pairs(q, k, v, params, out4, lse, record) -> None:
-    """:func:`_fwd_pairs_kernel` over ``cdiv(tiles, 2)`` programs per (batch, head)."""
-    batch, seqlen, nheads, head_d = q.shape
-    head_dv = v.shape[3]
-    HEAD_D, HEAD_DV = padded_headdim(head_d), padded_headdim(head_dv)
-
-    def grid(meta):
-        return (cdiv(cdiv(seqlen, meta["BLOCK_M"]), 2) * batch * nheads,)
-
-    args = (q, k, v, out4, lse, *strides(q, False), *strides(k, False), *strides(v, False),
-            *strides(out4, False), lse.stride(0), lse.stride(1), nheads, nheads // k.shape[2],
-            seqlen, head_d, head_dv, score_args(params)["qk_scale"], seq_bucket(seqlen, seqlen))
-    # (EVEN_N: every config's tile divides 128, so a multiple of 128 needs no row checks)
-    kwargs = dict(HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d,
-                  EVEN_DV=HEAD_DV == head_dv, EVEN_N=seqlen % 128 == 0,
-                  PRECISION=dot_precision(q.dtype))
-    plans.launch(record, _fwd_pairs_launch, grid, args, kwargs)
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             planned: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch the forward kernel.
@@ -444,10 +313,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
         named = plans.params_tensors(params, q.device)
         if planned is not None:                  # (for the backward: plans.backward_key)
             planned["key"], planned["named"] = key, named
-        # (with the Gluon forward's switch and config, and the pairs kernel's switch: which
-        # kernel runs is then a function of the key, and its launch is a step of the plan like
-        # any other)
-        key = (*key, gluon_settings(q.device, ("fwd_hopper",)), getenv("FLASHTILE_FWD_PAIRS"))
+        # (with the Gluon forward's switch and config: whether it runs is then a function of
+        # the key, and its launch is a step of the plan like any other)
+        key = (*key, gluon_settings(q.device, ("fwd_hopper",)))
         inputs = {"q": q, "k": k, "v": v, **named}
         plan = _PLANS.get(key)
         if plan is not None:
@@ -465,8 +333,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
     hopper = gluon_kernels("fwd_hopper", q.device)  # sm_90 dense (Gluon, where it is ahead)
     if hopper is not None and hopper.supports(q, k, v, params):
         hopper.forward(q, k, v, params, out4, lse, record)
-    elif pairs_case(q, k, params):
-        _launch_pairs(q, k, v, params, out4, lse, record)
     else:
         slopes = params.alibi_slopes
         stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
