@@ -187,3 +187,23 @@ def test_getenv_follows_os_environ(monkeypatch):
         assert getenv(name, "auto") == value == os.environ[name]
     monkeypatch.delenv(name)
     assert getenv(name, "x") == "x"
+
+
+def test_pinned_forward_config_from_the_environment(monkeypatch):
+    """FLASHTILE_FWD_BLOCK_M/N pin the tile-level forward to one config (the A/B runs of
+    docs/perf.md); FLASHTILE_FWD_WARPS / FLASHTILE_FWD_STAGES set its warps and stages, else
+    8 warps from 128 rows (4 below) and 3 stages. (``interpreting`` is patched off: under the
+    interpreter the list is one pinned config whatever the environment says.)"""
+    from flashtile.kernels import fwd
+    monkeypatch.setattr(fwd, "interpreting", lambda: False)
+    monkeypatch.setenv("FLASHTILE_FWD_BLOCK_M", "64")
+    monkeypatch.setenv("FLASHTILE_FWD_BLOCK_N", "128")
+    (config,) = fwd._fwd_configs()
+    assert (config.kwargs, config.num_warps, config.num_stages) == (
+        {"BLOCK_M": 64, "BLOCK_N": 128}, 4, 3)
+    monkeypatch.setenv("FLASHTILE_FWD_WARPS", "8")
+    monkeypatch.setenv("FLASHTILE_FWD_STAGES", "2")
+    (config,) = fwd._fwd_configs()
+    assert (config.num_warps, config.num_stages) == (8, 2)
+    monkeypatch.delenv("FLASHTILE_FWD_BLOCK_N")
+    assert len(fwd._fwd_configs()) > 1, "without both block sizes the whole list is tuned"

@@ -114,7 +114,8 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - ping-pong consumers (turns at the tensor cores): 2-30% slower, session 9 (dropped);
 - one 8-warp ``pipelined`` partition issuing its own loads: 6-20% slower, session 10 (removed);
 - a third 128-key slot (``FLASHTILE_GLUON_FWD_CONFIG=64,128,3,240``): time -2% to +5%, session 22
-  (not taken);
+  (not taken); at d=96 -1.4% to +3.5%, and 64-key tiles x 4 or 6 slots +10% to +17% except
+  causal 1k (session 29);
 - setmaxnreg 168-248, 16- to 128-key tiles, issue orders, no O rescale: no cure for session 9's
   serialisation (offline).
 
