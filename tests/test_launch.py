@@ -205,5 +205,9 @@ def test_pinned_forward_config_from_the_environment(monkeypatch):
     monkeypatch.setenv("FLASHTILE_FWD_STAGES", "2")
     (config,) = fwd._fwd_configs()
     assert (config.num_warps, config.num_stages) == (8, 2)
+    monkeypatch.setenv("FLASHTILE_FWD_STAGES", "three")
+    with pytest.raises(ValueError, match="FLASHTILE_FWD_STAGES must be a positive integer"):
+        fwd._fwd_configs()
+    monkeypatch.delenv("FLASHTILE_FWD_STAGES")
     monkeypatch.delenv("FLASHTILE_FWD_BLOCK_N")
     assert len(fwd._fwd_configs()) > 1, "without both block sizes the whole list is tuned"

@@ -349,9 +349,15 @@ class TunedLaunch:
 
 
 def env_block(name: str) -> int | None:
-    """Block-size override from the environment (used by the ledger's block-size sweep)."""
+    """A positive integer from the environment, None when unset (the tile-level forward's
+    pinned config: ``FLASHTILE_FWD_BLOCK_M`` / ``_N`` / ``_WARPS`` / ``_STAGES``)."""
     value = os.environ.get(name)
-    return int(value) if value else None
+    if not value:
+        return None
+    if not value.isdigit() or int(value) == 0:
+        raise ValueError(f"{name} must be a positive integer (e.g. 64), got {value!r}; unset it "
+                         f"to autotune")
+    return int(value)
 
 
 def window_args(params) -> dict:
