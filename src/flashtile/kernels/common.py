@@ -350,8 +350,9 @@ class TunedLaunch:
 
 def env_block(name: str) -> int | None:
     """A positive integer from the environment, None when unset (the tile-level forward's
-    pinned config: ``FLASHTILE_FWD_BLOCK_M`` / ``_N`` / ``_WARPS`` / ``_STAGES``)."""
-    value = os.environ.get(name)
+    pinned config: ``FLASHTILE_FWD_BLOCK_M`` / ``_N`` / ``_WARPS`` / ``_STAGES``; the ledger's
+    model reads the block sizes through this too)."""
+    value = os.environ.get(name, "").strip()
     if not value:
         return None
     if not value.isdigit() or int(value) == 0:

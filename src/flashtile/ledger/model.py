@@ -38,7 +38,6 @@ benchmark convention (fwd ``4 b h sq sk d``, halved when causal, bwd 2.5x) used 
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
@@ -268,16 +267,11 @@ class TileConfig:
     def from_env(cls, base: Optional["TileConfig"] = None) -> "TileConfig":
         """``base`` (default config) with ``FLASHTILE_FWD_BLOCK_M`` / ``FLASHTILE_FWD_BLOCK_N``
         applied, the variables the kernels honour to force forward block sizes."""
+        from ..kernels.common import env_block      # (the kernels' own reading of them)
         base = base or cls()
-        changes = {}
-        for var, attr in (("FLASHTILE_FWD_BLOCK_M", "fwd_block_m"),
-                          ("FLASHTILE_FWD_BLOCK_N", "fwd_block_n")):
-            raw = os.environ.get(var, "").strip()
-            if raw:
-                try:
-                    changes[attr] = int(raw)
-                except ValueError:
-                    raise ValueError(f"{var} must be an integer block size, got {raw!r}") from None
+        changes = {attr: value for var, attr in (("FLASHTILE_FWD_BLOCK_M", "fwd_block_m"),
+                                                 ("FLASHTILE_FWD_BLOCK_N", "fwd_block_n"))
+                   if (value := env_block(var)) is not None}
         return base.with_(**changes) if changes else base
 
 
