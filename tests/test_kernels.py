@@ -152,6 +152,45 @@ def test_causal_bottom_right_alignment():
     assert visible.tolist() == [[True, True, True, True, False], [True] * 5]
 
 
+ONE_LOOP_CASES = {
+    "causal-even-keys": ((1, 128, 128, 2, 1, 16, 16), dict(causal=True)),   # (EVEN_K)
+    "causal-rows-without-keys": ((1, 40, 16, 2, 1, 16, 16), dict(causal=True)),
+    "causal-sk-longer": ((2, 45, 70, 4, 2, 24, 24), dict(causal=True)),
+    "causal-window-softcap": ((1, 60, 60, 2, 2, 16, 16), dict(causal=True, window=(9, -1),
+                                                              softcap=2.0)),
+    "right-window": ((1, 50, 50, 2, 1, 16, 16), dict(window=(-1, 3))),
+}
+if GPU:     # (the H200's short causal points, where one loop a program is meant to help)
+    ONE_LOOP_CASES.update({
+        "gpu-d64-causal-512": ((2, 512, 512, 4, 4, 64, 64), dict(causal=True)),
+        "gpu-d128-causal-1000": ((1, 1000, 1000, 2, 2, 128, 128), dict(causal=True)),
+    })
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
+@pytest.mark.parametrize("case", list(ONE_LOOP_CASES))
+def test_one_loop_forward(case, dtype, monkeypatch):
+    """The tile-level forward with the full and the diagonal key tiles in one loop
+    (``FLASHTILE_FWD_ONE_LOOP``, kernels.fwd.ONE_LOOP), against float64: the band mask applied
+    from the diagonal tiles on, no bounds test on the loads where the keys end on a tile."""
+    from flashtile.kernels import fwd, plans
+    monkeypatch.setattr(fwd, "ONE_LOOP", True)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")        # (the tile-level kernel on sm_90 too)
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")     # (no plan recorded with the loop off)
+    launched = []
+    launch = plans.launch
+
+    def spy(record, launcher, grid, args, kwargs):
+        launched.append(kwargs)
+        launch(record, launcher, grid, args, kwargs)
+    monkeypatch.setattr(plans, "launch", spy)
+    shape, opts = ONE_LOOP_CASES[case]
+    check(*shape, dtype, **opts)
+    forwards = [kw for kw in launched if "ONE_LOOP" in kw]
+    assert forwards and all(kw["ONE_LOOP"] for kw in forwards)
+    assert forwards[0]["EVEN_K"] == (shape[2] % 128 == 0)
+
+
 def test_backward_is_deterministic():
     q, k, v = make_qkv(2, 40, 52, 4, 2, 24, 24, DTYPES[0])
     dout = torch.randn(2, 40, 4, 24, dtype=DTYPES[0], device=DEVICE)

@@ -21,7 +21,7 @@ import triton.language as tl
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, env_block, gluon_kernels, gluon_settings, graph_bench,
+                     dropout_keep, env_block, getenv, gluon_kernels, gluon_settings, graph_bench,
                      interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      score_args, scores_log2, seq_bounds, seq_bucket, softmax_step, sparse_args,
                      strides, tile_ranges, tile_start, next_tile_start, varlen_args, window_args)
@@ -40,7 +40,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
                HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr, SCORE_MOD: tl.constexpr,
                HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr, USE_MASK_MOD: tl.constexpr,
                INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PAGED: tl.constexpr,
-               PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr):
+               PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr,
+               mask_from=0, MASK_FROM: tl.constexpr = False, EVEN_K: tl.constexpr = False):
     """Fold the key tiles number ``[start, stop)`` (:func:`tile_start`: contiguous, or the
     blocks listed at ``idx_ptr``) into ``(acc, l_i, m_i)``. ``MASKED`` tiles test the
     band and the end of the keys per element; full tiles skip all of that. ``USE_MASK_MOD``
@@ -49,7 +50,11 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
     ``PAGE_SIZE`` rows (a multiple of BLOCK_N, so a tile never straddles two), page
     ``table_row[key // PAGE_SIZE]`` at ``k_base + page * stride_kp``. ``SCALE_IN_EXP`` (plain
     scores, a positive scale: :func:`scale_in_exp`): the scores stay unscaled and the scale
-    goes into each one's exponent (:func:`.common.softmax_step`)."""
+    goes into each one's exponent (:func:`.common.softmax_step`). ``MASK_FROM``: a ``MASKED``
+    loop applies the band only to the tiles from key ``mask_from`` on (a run-time branch), so
+    full tiles and the diagonal ones can share one loop (``ONE_LOOP``); with ``EVEN_K`` (the
+    keys end on a tile boundary) its loads need no bounds test."""
+    CHECK_KEYS: tl.constexpr = MASKED and not (MASK_FROM and EVEN_K)
     listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
     if PAGED:
         # Block-table entries are read one tile ahead too, so a tile's K/V copies never wait on
@@ -74,7 +79,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
             k = load_tile(k_tile, offs_t, stride_kn, offs_d, seqlen_k - start_n, head_d, MASKED,
                           EVEN_D)
         else:
-            k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
+            k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, CHECK_KEYS,
+                          EVEN_D)
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)          # (BLOCK_M, BLOCK_N)
         if SCALE_IN_EXP:
             s2 = qk
@@ -89,7 +95,12 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
         if USE_MASK_MOD:
             s2 = tl.where(MASK_MOD(off_b, off_h, rows, cols, mm_args),
                           s2, float("-inf"))
-        if MASKED:
+        if MASKED and MASK_FROM:
+            if start_n >= mask_from:
+                keep = band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
+                                 HAS_LEFT, HAS_RIGHT)
+                s2 = tl.where(keep, s2, float("-inf"))
+        elif MASKED:
             keep = band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
                              HAS_LEFT, HAS_RIGHT)
             s2 = tl.where(keep, s2, float("-inf"))
@@ -100,7 +111,8 @@ def _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, start, st
             v = load_tile(v_tile, offs_t, stride_vn, offs_dv, seqlen_k - start_n, head_dv, MASKED,
                           EVEN_DV)
         else:
-            v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
+            v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, CHECK_KEYS,
+                          EVEN_DV)
         acc = acc * alpha[:, None]
         if HAS_DROPOUT:
             # l_i sums the undropped p (softmax first, then dropout); 1/(1-p) comes at the end.
@@ -130,7 +142,8 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
-                PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr):
+                PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr,
+                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
                                                 IS_VARLEN)
@@ -194,6 +207,12 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
     else:
         a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
                                  window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        # ONE_LOOP: the diagonal tiles in the full tiles' loop, masked from c on under a
+        # run-time branch: one software pipeline, whose loads reach the diagonal tiles early,
+        # and one prologue a program instead of two (short causal sequences: a few tiles each)
+        full_stop = c
+        if ONE_LOOP:
+            full_stop = d
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
                                    a // BLOCK_N, b // BLOCK_N, KV_IDX, table_row, stride_kb,
                                    stride_vb, offs_m, offs_d,
@@ -207,29 +226,30 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
                                    PRECISION, SCALE_IN_EXP)
         acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   b // BLOCK_N, c // BLOCK_N, KV_IDX, table_row, stride_kb,
-                                   stride_vb, offs_m, offs_d,
+                                   b // BLOCK_N, full_stop // BLOCK_N, KV_IDX, table_row,
+                                   stride_kb, stride_vb, offs_m, offs_d,
                                    offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
                                    diag_off, window_left, window_right, slope_log2, qk_scale,
                                    softcap_log2, row_base, seed, rng_offset, dropout_p,
                                    bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
-                                   mm_args, BLOCK_N, False, EVEN_D, EVEN_DV, HAS_LEFT,
+                                   mm_args, BLOCK_N, ONE_LOOP, EVEN_D, EVEN_DV, HAS_LEFT,
                                    HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
                                    BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
                                    False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION, SCALE_IN_EXP)
-        acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-                                   c // BLOCK_N, d // BLOCK_N, KV_IDX, table_row, stride_kb,
-                                   stride_vb, offs_m, offs_d,
-                                   offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
-                                   diag_off, window_left, window_right, slope_log2, qk_scale,
-                                   softcap_log2, row_base, seed, rng_offset, dropout_p,
-                                   bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
-                                   mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
-                                   HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
-                                   BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
-                                   False, MASK_BKV, PAGED, PAGE_SIZE,
-                                   PRECISION, SCALE_IN_EXP)
+                                   PRECISION, SCALE_IN_EXP, c, ONE_LOOP, EVEN_K)
+        if not ONE_LOOP:
+            acc, l_i, m_i = _fwd_tiles(acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+                                       c // BLOCK_N, d // BLOCK_N, KV_IDX, table_row, stride_kb,
+                                       stride_vb, offs_m, offs_d,
+                                       offs_dv, head_d, head_dv, seqlen_q, seqlen_k,
+                                       diag_off, window_left, window_right, slope_log2, qk_scale,
+                                       softcap_log2, row_base, seed, rng_offset, dropout_p,
+                                       bias_base, stride_bm, stride_bn, off_b, off_h, sm_args,
+                                       mm_args, BLOCK_N, True, EVEN_D, EVEN_DV, HAS_LEFT,
+                                       HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS,
+                                       BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD,
+                                       False, MASK_BKV, PAGED, PAGE_SIZE,
+                                       PRECISION, SCALE_IN_EXP)
 
     # Rows that saw no key: output 0, LSE -inf (DESIGN.md), never 0/0.
     empty = l_i == 0.0
@@ -253,6 +273,11 @@ def scale_in_exp(params) -> bool:
             and params.attn_bias is None and params.score_mod is None)
 
 
+# The full and the diagonal key tiles in one loop (``ONE_LOOP``), opt-in until measured on the
+# H200: ``FLASHTILE_FWD_ONE_LOOP=1`` (read once, at import).
+ONE_LOOP = getenv("FLASHTILE_FWD_ONE_LOOP", "0") not in ("", "0")
+
+
 def _fwd_configs():
     if interpreting():
         # The interpreter fails with more than one config ("0 active drivers"): pin one.
@@ -272,7 +297,7 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD",
+         "ONE_LOOP", "EVEN_K", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD",
          "SPARSE", "MASK_BQ", "MASK_BKV", "seq_bucket"],
     cache_results=True, do_bench=graph_bench,
     prune_configs_by={"early_config_prune": prune_configs},
@@ -358,7 +383,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             stride_bt=params.block_table.stride(0) if paged else 0,
             HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
-            SCALE_IN_EXP=scale_in_exp(params),
+            SCALE_IN_EXP=scale_in_exp(params), ONE_LOOP=ONE_LOOP,
+            EVEN_K=not varlen and seqlen_k % 128 == 0,    # (every config's BLOCK_N divides 128)
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
