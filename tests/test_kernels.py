@@ -191,6 +191,38 @@ def test_one_loop_forward(case, dtype, monkeypatch):
     assert forwards[0]["EVEN_K"] == (shape[2] % 128 == 0)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 64], ids=lambda c: f"chunk{c}")
+@pytest.mark.parametrize("one_loop", [False, True], ids=["two-loops", "one-loop"])
+def test_causal_chunk_order(chunk, one_loop, monkeypatch):
+    """The tile-level forward's grid in chunks of (batch, head) pairs, heaviest query blocks of
+    a chunk first (``FLASHTILE_FWD_CAUSAL_CHUNK``, kernels.common.query_tile): every query
+    block computed once (outputs are NaN-poisoned), including a last chunk with fewer pairs
+    (b * h = 2 * 4 = 8 pairs: chunks of 3 leave 2) and a chunk larger than the grid."""
+    from flashtile.kernels import fwd, plans
+    monkeypatch.setattr(fwd, "CAUSAL_CHUNK", chunk)
+    monkeypatch.setattr(fwd, "ONE_LOOP", one_loop)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    launched = []
+    launch = plans.launch
+
+    def spy(record, launcher, grid, args, kwargs):
+        launched.append(kwargs)
+        launch(record, launcher, grid, args, kwargs)
+    monkeypatch.setattr(plans, "launch", spy)
+    check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
+    assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk]
+
+
+def test_causal_chunk_setting(monkeypatch):
+    """FLASHTILE_FWD_CAUSAL_CHUNK is read at import: a non-integer is a clear error."""
+    from flashtile.kernels.common import env_block
+    monkeypatch.setenv("FLASHTILE_FWD_CAUSAL_CHUNK", "many")
+    with pytest.raises(ValueError, match="FLASHTILE_FWD_CAUSAL_CHUNK must be a positive "
+                                         "integer.*head-by-head"):
+        env_block("FLASHTILE_FWD_CAUSAL_CHUNK", "for the head-by-head order")
+
+
 def test_backward_is_deterministic():
     q, k, v = make_qkv(2, 40, 52, 4, 2, 24, 24, DTYPES[0])
     dout = torch.randn(2, 40, 4, 24, dtype=DTYPES[0], device=DEVICE)

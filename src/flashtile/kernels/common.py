@@ -348,16 +348,17 @@ class TunedLaunch:
         return launch
 
 
-def env_block(name: str) -> int | None:
+def env_block(name: str, unset: str = "to autotune") -> int | None:
     """A positive integer from the environment, None when unset (the tile-level forward's
     pinned config: ``FLASHTILE_FWD_BLOCK_M`` / ``_N`` / ``_WARPS`` / ``_STAGES``; the ledger's
-    model reads the block sizes through this too)."""
+    model reads the block sizes through this too). ``unset``: what unsetting it gives, for the
+    error message."""
     value = os.environ.get(name, "").strip()
     if not value:
         return None
     if not value.isdigit() or int(value) == 0:
         raise ValueError(f"{name} must be a positive integer (e.g. 64), got {value!r}; unset it "
-                         f"to autotune")
+                         f"{unset}")
     return int(value)
 
 
@@ -405,15 +406,28 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 
 @triton.jit
 def query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M: tl.constexpr,
-               IS_VARLEN: tl.constexpr):
+               IS_VARLEN: tl.constexpr, CHUNK: tl.constexpr = 0):
     """The program's query tile in a flat grid: ``(start_m, off_b, off_h, off_hkv)``. The query
     block varies fastest so that programs of one head run together (K/V stay in L2), and the
     last block (the heaviest under causal) runs first; varlen sequences come heaviest first
-    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors)."""
+    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors).
+
+    ``CHUNK`` > 0 (causal): the (batch, head) pairs in chunks of ``CHUNK``, and in each chunk
+    every head's heaviest block first, then every head's next one, and so on: the grid ends on
+    the lightest programs instead of a mix (a tail of one long program), while a chunk's K/V
+    still fit in L2 together. The last chunk may hold fewer pairs; the map stays one-to-one."""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    bh = pid // n_mblocks
-    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
+    if CHUNK > 0:
+        first = (pid // (CHUNK * n_mblocks)) * CHUNK       # the chunk's first (batch, head)
+        pairs = tl.minimum(CHUNK, tl.num_programs(0) // n_mblocks - first)
+        r = pid - first * n_mblocks
+        bh = first + r % pairs
+        rank = r // pairs                                  # 0: the heaviest block
+    else:
+        bh = pid // n_mblocks
+        rank = pid % n_mblocks
+    start_m = (n_mblocks - 1 - rank) * BLOCK_M
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     off_b = varlen_sequence((bh // nheads).to(tl.int64), SEQ_ORDER, IS_VARLEN)

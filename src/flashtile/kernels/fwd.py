@@ -143,10 +143,10 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
                 PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr,
-                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr):
+                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr, CHUNK: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
-                                                IS_VARLEN)
+                                                IS_VARLEN, CHUNK)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -276,6 +276,10 @@ def scale_in_exp(params) -> bool:
 # The full and the diagonal key tiles in one loop (``ONE_LOOP``), opt-in until measured on the
 # H200: ``FLASHTILE_FWD_ONE_LOOP=1`` (read once, at import).
 ONE_LOOP = getenv("FLASHTILE_FWD_ONE_LOOP", "0") not in ("", "0")
+# Causal (any right window): programs in chunks of this many (batch, head) pairs, heaviest
+# query blocks of the chunk first (:func:`.common.query_tile`); 0: head by head. Opt-in until
+# measured: ``FLASHTILE_FWD_CAUSAL_CHUNK=64`` (read once, at import).
+CAUSAL_CHUNK = env_block("FLASHTILE_FWD_CAUSAL_CHUNK", "for the head-by-head order") or 0
 
 
 def _fwd_configs():
@@ -297,7 +301,7 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "ONE_LOOP", "EVEN_K", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD",
+         "ONE_LOOP", "EVEN_K", "CHUNK", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD",
          "SPARSE", "MASK_BQ", "MASK_BKV", "seq_bucket"],
     cache_results=True, do_bench=graph_bench,
     prune_configs_by={"early_config_prune": prune_configs},
@@ -385,6 +389,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
             SCALE_IN_EXP=scale_in_exp(params), ONE_LOOP=ONE_LOOP,
             EVEN_K=not varlen and seqlen_k % 128 == 0,    # (every config's BLOCK_N divides 128)
+            CHUNK=CAUSAL_CHUNK if params.window_right >= 0 and not varlen else 0,
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
