@@ -78,12 +78,39 @@ def qkv_args(**shape):
 @pytest.mark.parametrize("build,exc,words", [b[1:] for b in BAD_INPUTS],
                          ids=[b[0] for b in BAD_INPUTS])
 def test_bad_input_is_a_clear_error(build, exc, words):
-    args, kwargs = build(*qkv())
+    q, k, v = qkv()
+    for causal in (False, True):        # (a good call of the same tensors is remembered first)
+        flash_attn_func(q, k, v, causal=causal)
+    args, kwargs = build(q, k, v)
     with pytest.raises(exc) as info:
         flash_attn_func(*args, **kwargs)
     message = str(info.value)
     for word in words:
         assert word in message, f"{message!r} should mention {word!r}"
+
+
+def test_parameters_are_remembered_per_signature():
+    """A signature seen before reuses its parameters object (validation and the dataclass are
+    the largest host cost of a small call); anything that changes them is part of the key."""
+    from flashtile.interface import _PARAMS, _flash_params
+    q, k, v = qkv(d=16)
+    args = (0.0, None, True, (-1, -1), 0.0, None, False)
+    first, _ = _flash_params(q, k, v, *args)
+    again, _ = _flash_params(*(torch.randn_like(t) for t in (q, k, v)), *args)
+    assert again is first and first.causal and first.window_right == 0
+    wider, _ = _flash_params(*qkv(d=64), *args)
+    assert wider is not first and wider.softmax_scale == 64 ** -0.5 != first.softmax_scale
+    full, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
+    assert full is not first and not full.causal
+    # other argument types and per-call values take the full path and are never remembered
+    size = len(_PARAMS)
+    listed, _ = _flash_params(q, k, v, 0.0, None, True, [-1, -1], 0.0, None, False)
+    dropped, _ = _flash_params(q, k, v, 0.1, None, True, (-1, -1), 0.0, None, False)
+    slopes, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, torch.ones(2), False)
+    assert len(_PARAMS) == size and listed is not first and listed.causal
+    assert dropped.dropout_p > 0 and slopes.alibi_slopes is not None
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        _flash_params(q, k, v, 0.0, None, 1, (-1, -1), 0.0, None, False)
 
 
 def test_backend_switch(monkeypatch):
