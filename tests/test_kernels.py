@@ -194,12 +194,14 @@ def test_one_loop_forward(case, dtype, monkeypatch):
 @pytest.mark.parametrize("chunk", [1, 3, 64], ids=lambda c: f"chunk{c}")
 @pytest.mark.parametrize("one_loop", [False, True], ids=["two-loops", "one-loop"])
 def test_causal_chunk_order(chunk, one_loop, monkeypatch):
-    """The tile-level forward's grid in chunks of (batch, head) pairs, heaviest query blocks of
-    a chunk first (``FLASHTILE_FWD_CAUSAL_CHUNK``, kernels.common.query_tile): every query
-    block computed once (outputs are NaN-poisoned), including a last chunk with fewer pairs
-    (b * h = 2 * 4 = 8 pairs: chunks of 3 leave 2) and a chunk larger than the grid."""
-    from flashtile.kernels import fwd, plans
-    monkeypatch.setattr(fwd, "CAUSAL_CHUNK", chunk)
+    """The grids of the tile-level forward and dQ kernels in chunks of (batch, head) pairs,
+    heaviest query blocks of a chunk first (``FLASHTILE_CAUSAL_CHUNK``,
+    kernels.common.query_tile): every query block computed once (outputs are NaN-poisoned),
+    including a last chunk with fewer pairs (b * h = 2 * 4 = 8 pairs: chunks of 3 leave 2)
+    and a chunk larger than the grid."""
+    from flashtile.kernels import common, fwd, plans
+    monkeypatch.setattr(common, "CAUSAL_CHUNK", chunk)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
     monkeypatch.setattr(fwd, "ONE_LOOP", one_loop)
     monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
@@ -211,16 +213,24 @@ def test_causal_chunk_order(chunk, one_loop, monkeypatch):
         launch(record, launcher, grid, args, kwargs)
     monkeypatch.setattr(plans, "launch", spy)
     check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
-    assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk]
+    assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)
 
 
 def test_causal_chunk_setting(monkeypatch):
-    """FLASHTILE_FWD_CAUSAL_CHUNK is read at import: a non-integer is a clear error."""
-    from flashtile.kernels.common import env_block
-    monkeypatch.setenv("FLASHTILE_FWD_CAUSAL_CHUNK", "many")
-    with pytest.raises(ValueError, match="FLASHTILE_FWD_CAUSAL_CHUNK must be a positive "
+    """FLASHTILE_CAUSAL_CHUNK is read at import: a non-integer is a clear error; varlen calls
+    and calls without a right edge keep the head-by-head order."""
+    from flashtile.kernels import common
+    monkeypatch.setenv("FLASHTILE_CAUSAL_CHUNK", "many")
+    with pytest.raises(ValueError, match="FLASHTILE_CAUSAL_CHUNK must be a positive "
                                          "integer.*head-by-head"):
-        env_block("FLASHTILE_FWD_CAUSAL_CHUNK", "for the head-by-head order")
+        common.env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
+    monkeypatch.setattr(common, "CAUSAL_CHUNK", 64)
+    q, k, v = make_qkv(1, 8, 8, 2, 2, 16, 16, DTYPES[0])
+    causal, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    full, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
+    assert common.causal_chunk(causal) == 64 and common.causal_chunk(full) == 0
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    assert common.causal_chunk(causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)) == 0
 
 
 def test_backward_is_deterministic():

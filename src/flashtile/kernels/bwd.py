@@ -42,7 +42,7 @@ from ..reference.dense import sum_to_shape
 
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
-                     bwd_probs, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
+                     bwd_probs, causal_chunk, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
                      dropout_keep, getenv, gluon_kernels, gluon_settings, graph_bench,
                      interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
@@ -375,9 +375,9 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                    HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                    MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, EVEN_D: tl.constexpr,
-                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr):
+                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr, CHUNK: tl.constexpr):
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
-                                                IS_VARLEN)
+                                                IS_VARLEN, CHUNK)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -461,7 +461,7 @@ def _configs(gpu_shapes):
 
 _KEY = ["ATOMIC_DQ", "HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
         "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ",
-        "MASK_BKV", "PRECISION", "seq_bucket"]
+        "MASK_BKV", "PRECISION", "CHUNK", "seq_bucket"]
 def _shapes(env: str, default):
     """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` candidates; ``env`` may replace them
     (``"64,128,8,2;32,128,4,3"``, for tuning sweeps). The first is the untuned default."""
@@ -684,7 +684,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             q, k, v, dout, lse, dsum, dq4, slopes_arg, bias_ptr,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
-            **common, **bias, **sparse_args(params, seqlen_k, lse, "kv")))
+            **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"),
+            CHUNK=causal_chunk(params)))
     if record is not None:
         buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,

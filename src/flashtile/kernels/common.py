@@ -362,6 +362,21 @@ def env_block(name: str, unset: str = "to autotune") -> int | None:
     return int(value)
 
 
+# The causal tile-level kernels that take one query tile a program (forward, dQ): their grid in
+# chunks of this many (batch, head) pairs, the chunk's heaviest query blocks first
+# (:func:`query_tile`); 0: head by head. Opt-in until measured: ``FLASHTILE_CAUSAL_CHUNK=64``
+# (read once, at import).
+CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order") or 0
+
+
+def causal_chunk(params) -> int:
+    """:data:`CAUSAL_CHUNK` for a dense call whose rows see keys up to a right edge (causal or
+    a right window: the query blocks' loads differ), else 0."""
+    if params.window_right < 0 or params.cu_seqlens_q is not None:
+        return 0
+    return CAUSAL_CHUNK
+
+
 def window_args(params) -> dict:
     """Runtime band arguments and the constexpr flags that say which sides are bounded (the
     diagonal offset is computed in the kernel, per sequence for varlen)."""

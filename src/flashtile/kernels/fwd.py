@@ -20,7 +20,7 @@ import triton.language as tl
 
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
-                     band_mask, bias_args, cdiv, dot_precision, dropout_args, dropout_bases,
+                     band_mask, bias_args, causal_chunk, cdiv, dot_precision, dropout_args, dropout_bases,
                      dropout_keep, env_block, getenv, gluon_kernels, gluon_settings, graph_bench,
                      interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
                      score_args, scores_log2, seq_bounds, seq_bucket, softmax_step, sparse_args,
@@ -276,10 +276,6 @@ def scale_in_exp(params) -> bool:
 # The full and the diagonal key tiles in one loop (``ONE_LOOP``), opt-in until measured on the
 # H200: ``FLASHTILE_FWD_ONE_LOOP=1`` (read once, at import).
 ONE_LOOP = getenv("FLASHTILE_FWD_ONE_LOOP", "0") not in ("", "0")
-# Causal (any right window): programs in chunks of this many (batch, head) pairs, heaviest
-# query blocks of the chunk first (:func:`.common.query_tile`); 0: head by head. Opt-in until
-# measured: ``FLASHTILE_FWD_CAUSAL_CHUNK=64`` (read once, at import).
-CAUSAL_CHUNK = env_block("FLASHTILE_FWD_CAUSAL_CHUNK", "for the head-by-head order") or 0
 
 
 def _fwd_configs():
@@ -389,7 +385,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
             SCALE_IN_EXP=scale_in_exp(params), ONE_LOOP=ONE_LOOP,
             EVEN_K=not varlen and seqlen_k % 128 == 0,    # (every config's BLOCK_N divides 128)
-            CHUNK=CAUSAL_CHUNK if params.window_right >= 0 and not varlen else 0,
+            CHUNK=causal_chunk(params),
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
