@@ -152,6 +152,24 @@ def test_causal_bottom_right_alignment():
     assert visible.tolist() == [[True, True, True, True, False], [True] * 5]
 
 
+@pytest.fixture
+def launched(monkeypatch):
+    """The keyword arguments of every tile-level launch (``plans.launch``) the test makes, on
+    the tile-level forward (the Gluon one off) with launch plans off (no plan recorded under
+    other switches replays)."""
+    from flashtile.kernels import plans
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")
+    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
+    seen = []
+    launch = plans.launch
+
+    def spy(record, launcher, grid, args, kwargs):
+        seen.append(kwargs)
+        launch(record, launcher, grid, args, kwargs)
+    monkeypatch.setattr(plans, "launch", spy)
+    return seen
+
+
 ONE_LOOP_CASES = {
     "causal-even-keys": ((1, 128, 128, 2, 1, 16, 16), dict(causal=True)),   # (EVEN_K)
     "causal-rows-without-keys": ((1, 40, 16, 2, 1, 16, 16), dict(causal=True)),
@@ -169,21 +187,12 @@ if GPU:     # (the H200's short causal points, where one loop a program is meant
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
 @pytest.mark.parametrize("case", list(ONE_LOOP_CASES))
-def test_one_loop_forward(case, dtype, monkeypatch):
+def test_one_loop_forward(case, dtype, monkeypatch, launched):
     """The tile-level forward with the full and the diagonal key tiles in one loop
     (``FLASHTILE_FWD_ONE_LOOP``, kernels.fwd.ONE_LOOP), against float64: the band mask applied
     from the diagonal tiles on, no bounds test on the loads where the keys end on a tile."""
-    from flashtile.kernels import fwd, plans
+    from flashtile.kernels import fwd
     monkeypatch.setattr(fwd, "ONE_LOOP", True)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")        # (the tile-level kernel on sm_90 too)
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")     # (no plan recorded with the loop off)
-    launched = []
-    launch = plans.launch
-
-    def spy(record, launcher, grid, args, kwargs):
-        launched.append(kwargs)
-        launch(record, launcher, grid, args, kwargs)
-    monkeypatch.setattr(plans, "launch", spy)
     shape, opts = ONE_LOOP_CASES[case]
     check(*shape, dtype, **opts)
     forwards = [kw for kw in launched if "ONE_LOOP" in kw]
@@ -193,25 +202,16 @@ def test_one_loop_forward(case, dtype, monkeypatch):
 
 @pytest.mark.parametrize("chunk", [1, 3, 64], ids=lambda c: f"chunk{c}")
 @pytest.mark.parametrize("one_loop", [False, True], ids=["two-loops", "one-loop"])
-def test_causal_chunk_order(chunk, one_loop, monkeypatch):
+def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
     """The grids of the tile-level forward and dQ kernels in chunks of (batch, head) pairs,
     heaviest query blocks of a chunk first (``FLASHTILE_CAUSAL_CHUNK``,
     kernels.common.query_tile): every query block computed once (outputs are NaN-poisoned),
     including a last chunk with fewer pairs (b * h = 2 * 4 = 8 pairs: chunks of 3 leave 2)
     and a chunk larger than the grid."""
-    from flashtile.kernels import common, fwd, plans
+    from flashtile.kernels import common, fwd
     monkeypatch.setattr(common, "CAUSAL_CHUNK", chunk)
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
     monkeypatch.setattr(fwd, "ONE_LOOP", one_loop)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "0")
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
-    launched = []
-    launch = plans.launch
-
-    def spy(record, launcher, grid, args, kwargs):
-        launched.append(kwargs)
-        launch(record, launcher, grid, args, kwargs)
-    monkeypatch.setattr(plans, "launch", spy)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
     check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
     assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)
 

@@ -42,12 +42,12 @@ from ..reference.dense import sum_to_shape
 
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
-                     bwd_probs, causal_chunk, cdiv, chain_ds, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, getenv, gluon_kernels, gluon_settings, graph_bench,
-                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
-                     row_ranges, score_args, seq_bounds, seq_bucket, sparse_args, strides,
-                     tile_ranges, tile_start, next_tile_start, varlen_args, varlen_sequence,
-                     window_args)
+                     bwd_probs, causal_chunk, cdiv, chain_ds, dot_precision, dropout_args,
+                     dropout_bases, dropout_keep, getenv, gluon_kernels, gluon_settings,
+                     graph_bench, interpreting, load_tile, mod_args, padded_headdim,
+                     prune_configs, query_tile, row_ranges, score_args, seq_bounds, seq_bucket,
+                     sparse_args, strides, tile_ranges, tile_start, next_tile_start, varlen_args,
+                     varlen_sequence, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",

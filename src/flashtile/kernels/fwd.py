@@ -20,11 +20,12 @@ import triton.language as tl
 
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
-                     band_mask, bias_args, causal_chunk, cdiv, dot_precision, dropout_args, dropout_bases,
-                     dropout_keep, env_block, getenv, gluon_kernels, gluon_settings, graph_bench,
-                     interpreting, load_tile, mod_args, padded_headdim, prune_configs, query_tile,
-                     score_args, scores_log2, seq_bounds, seq_bucket, softmax_step, sparse_args,
-                     strides, tile_ranges, tile_start, next_tile_start, varlen_args, window_args)
+                     band_mask, bias_args, causal_chunk, cdiv, dot_precision, dropout_args,
+                     dropout_bases, dropout_keep, env_block, getenv, gluon_kernels, gluon_settings,
+                     graph_bench, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
+                     query_tile, score_args, scores_log2, seq_bounds, seq_bucket, softmax_step,
+                     sparse_args, strides, tile_ranges, tile_start, next_tile_start, varlen_args,
+                     window_args)
 
 
 @triton.jit
@@ -297,8 +298,8 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "ONE_LOOP", "EVEN_K", "CHUNK", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD",
-         "SPARSE", "MASK_BQ", "MASK_BKV", "seq_bucket"],
+         "ONE_LOOP", "EVEN_K", "CHUNK", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL",
+         "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ", "MASK_BKV", "seq_bucket"],
     cache_results=True, do_bench=graph_bench,
     prune_configs_by={"early_config_prune": prune_configs},
 )(_fwd_kernel)
