@@ -188,16 +188,18 @@ if GPU:     # (the H200's short causal points, where one loop a program is meant
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
 @pytest.mark.parametrize("case", list(ONE_LOOP_CASES))
 def test_one_loop_forward(case, dtype, monkeypatch, launched):
-    """The tile-level forward with the full and the diagonal key tiles in one loop
-    (``FLASHTILE_FWD_ONE_LOOP``, kernels.fwd.ONE_LOOP), against float64: the band mask applied
-    from the diagonal tiles on, no bounds test on the loads where the keys end on a tile."""
-    from flashtile.kernels import fwd
-    monkeypatch.setattr(fwd, "ONE_LOOP", True)
+    """The tile-level forward and dQ kernels with the full and the diagonal key tiles in one
+    loop (``FLASHTILE_ONE_LOOP``, kernels.common.ONE_LOOP), against float64 (outputs and
+    gradients): the band mask applied from the diagonal tiles on, no bounds test on the loads
+    where the keys end on a tile."""
+    from flashtile.kernels import common
+    monkeypatch.setattr(common, "ONE_LOOP", True)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (dQ in the tile-level dQ kernel)
     shape, opts = ONE_LOOP_CASES[case]
     check(*shape, dtype, **opts)
-    forwards = [kw for kw in launched if "ONE_LOOP" in kw]
-    assert forwards and all(kw["ONE_LOOP"] for kw in forwards)
-    assert forwards[0]["EVEN_K"] == (shape[2] % 128 == 0)
+    loops = [kw for kw in launched if "ONE_LOOP" in kw]
+    assert len(loops) == (1 if case.startswith("gpu-d128") else 2)  # (fwd, dQ; Gluon dQ off)
+    assert all(kw["ONE_LOOP"] and kw["EVEN_K"] == (shape[2] % 128 == 0) for kw in loops)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 64], ids=lambda c: f"chunk{c}")
@@ -208,9 +210,9 @@ def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
     kernels.common.query_tile): every query block computed once (outputs are NaN-poisoned),
     including a last chunk with fewer pairs (b * h = 2 * 4 = 8 pairs: chunks of 3 leave 2)
     and a chunk larger than the grid."""
-    from flashtile.kernels import common, fwd
+    from flashtile.kernels import common
     monkeypatch.setattr(common, "CAUSAL_CHUNK", chunk)
-    monkeypatch.setattr(fwd, "ONE_LOOP", one_loop)
+    monkeypatch.setattr(common, "ONE_LOOP", one_loop)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
     check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
     assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)

@@ -42,12 +42,12 @@ from ..reference.dense import sum_to_shape
 
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
-                     bwd_probs, causal_chunk, cdiv, chain_ds, dot_precision, dropout_args,
-                     dropout_bases, dropout_keep, getenv, gluon_kernels, gluon_settings,
-                     graph_bench, interpreting, load_tile, mod_args, padded_headdim,
-                     prune_configs, query_tile, row_ranges, score_args, seq_bounds, seq_bucket,
-                     sparse_args, strides, tile_ranges, tile_start, next_tile_start, varlen_args,
-                     varlen_sequence, window_args)
+                     band_mask, bwd_probs, causal_chunk, cdiv, chain_ds, dot_precision,
+                     dropout_args, dropout_bases, dropout_keep, getenv, gluon_kernels,
+                     gluon_settings, graph_bench, interpreting, load_tile, mod_args, one_loop,
+                     padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds,
+                     seq_bucket, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
+                     varlen_args, varlen_sequence, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",
@@ -326,8 +326,14 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
               HAS_DROPOUT: tl.constexpr, HAS_BIAS: tl.constexpr, BIAS_BOOL: tl.constexpr,
               SCORE_MOD: tl.constexpr, HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
               USE_MASK_MOD: tl.constexpr, EVEN_D: tl.constexpr, EVEN_DV: tl.constexpr,
-              INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr):
-    """Accumulate into ``dq`` the key tiles number ``[start, stop)`` (:func:`tile_start`)."""
+              INDEXED: tl.constexpr, LIST_BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+              mask_from=0, MASK_FROM: tl.constexpr = False, EVEN_K: tl.constexpr = False):
+    """Accumulate into ``dq`` the key tiles number ``[start, stop)`` (:func:`tile_start`).
+    ``MASK_FROM`` / ``EVEN_K``: as in :func:`.fwd._fwd_tiles` (the band only from key
+    ``mask_from`` on, under a run-time branch; no bounds test on the loads where the keys end
+    on a tile)."""
+    CHECK_KEYS: tl.constexpr = MASKED and not (MASK_FROM and EVEN_K)
+    BAND: tl.constexpr = MASKED and not MASK_FROM       # (else applied below, from mask_from)
     rows = offs_m[:, None]
     listed = tile_start(start, stop, idx_ptr, BLOCK_N, LIST_BLOCK, INDEXED)
     for tile in range(start, stop):
@@ -336,15 +342,21 @@ def _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_kn, stride_vn, start, 
             start_n = listed
             listed = next_tile_start(tile, listed, stop, idx_ptr, BLOCK_N, LIST_BLOCK)
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, MASKED, EVEN_D)
-        v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, MASKED, EVEN_DV)
+        k = load_tile(k_base, offs_n, stride_kn, offs_d, seqlen_k, head_d, CHECK_KEYS, EVEN_D)
+        v = load_tile(v_base, offs_n, stride_vn, offs_dv, seqlen_k, head_dv, CHECK_KEYS,
+                      EVEN_DV)
         cols = offs_n[None, :]
         qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         p, t, g = bwd_probs(qk, lse2[:, None], rows, cols, seqlen_q, seqlen_k, diag_off, window_left,
                             window_right, slope_log2, qk_scale, softcap_log2, bias_base,
-                            stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, MASKED,
+                            stride_bm, stride_bn, off_b, off_h, sm_args, mm_args, BAND,
                             HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_BIAS, BIAS_BOOL,
                             SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, USE_MASK_MOD, MASKED)
+        if MASKED and MASK_FROM:
+            if start_n >= mask_from:
+                keep = band_mask(rows, cols, seqlen_k, diag_off, window_left, window_right,
+                                 HAS_LEFT, HAS_RIGHT)
+                p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
         if HAS_DROPOUT:
             keep_d = dropout_keep(seed, rng_offset, row_base, start_n, seqlen_k, dropout_p,
@@ -375,7 +387,8 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                    HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                    MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, EVEN_D: tl.constexpr,
-                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr, CHUNK: tl.constexpr):
+                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr, CHUNK: tl.constexpr,
+                   ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr):
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
                                                 IS_VARLEN, CHUNK)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
@@ -423,6 +436,10 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
     else:
         a, b, c, d = tile_ranges(start_m, row_hi, 0, seqlen_k, diag_off, window_left,
                                  window_right, BLOCK_N, HAS_LEFT, HAS_RIGHT)
+        # ONE_LOOP: the diagonal tiles in the full tiles' loop (as in .fwd's kernel)
+        full_stop = c
+        if ONE_LOOP:
+            full_stop = d
         dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
                        a // BLOCK_N, b // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
                        head_dv, seqlen_q, seqlen_k, diag_off,
@@ -432,21 +449,24 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
                        MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION)
         dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
-                       b // BLOCK_N, c // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
+                       b // BLOCK_N, full_stop // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
                        head_dv, seqlen_q, seqlen_k, diag_off,
                        window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
                        seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
-                       sm_args, mm_args, BLOCK_N, False, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
+                       sm_args, mm_args, BLOCK_N, ONE_LOOP, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
                        HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION)
-        dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
-                       c // BLOCK_N, d // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
-                       head_dv, seqlen_q, seqlen_k, diag_off,
-                       window_left, window_right, slope_log2, qk_scale, softcap_log2, row_base,
-                       seed, rng_offset, dropout_p, bias_base, stride_bm, stride_bn, off_b, off_h,
-                       sm_args, mm_args, BLOCK_N, True, HAS_LEFT, HAS_RIGHT, HAS_SOFTCAP,
-                       HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL, SCORE_MOD, HAS_SCORE_MOD,
-                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION)
+                       MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV, False, MASK_BKV, PRECISION,
+                       c, ONE_LOOP, EVEN_K)
+        if not ONE_LOOP:
+            dq = _dq_tiles(dq, q, do, lse2, Di, k_base, v_base, stride_ks, stride_vs,
+                           c // BLOCK_N, d // BLOCK_N, KV_IDX, offs_m, offs_d, offs_dv, head_d,
+                           head_dv, seqlen_q, seqlen_k, diag_off,
+                           window_left, window_right, slope_log2, qk_scale, softcap_log2,
+                           row_base, seed, rng_offset, dropout_p, bias_base, stride_bm,
+                           stride_bn, off_b, off_h, sm_args, mm_args, BLOCK_N, True, HAS_LEFT,
+                           HAS_RIGHT, HAS_SOFTCAP, HAS_ALIBI, HAS_DROPOUT, HAS_BIAS, BIAS_BOOL,
+                           SCORE_MOD, HAS_SCORE_MOD, MASK_MOD, HAS_MASK_MOD, EVEN_D, EVEN_DV,
+                           False, MASK_BKV, PRECISION)
     tl.store(DQ + off_b * stride_dqb + off_h * stride_dqh + (q_start + offs_m[:, None]) * stride_dqs
              + offs_d[None, :], (dq * sm_scale).to(DQ.dtype.element_ty),
              mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
@@ -461,7 +481,7 @@ def _configs(gpu_shapes):
 
 _KEY = ["ATOMIC_DQ", "HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
         "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ",
-        "MASK_BKV", "PRECISION", "CHUNK", "seq_bucket"]
+        "MASK_BKV", "PRECISION", "CHUNK", "ONE_LOOP", "EVEN_K", "seq_bucket"]
 def _shapes(env: str, default):
     """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` candidates; ``env`` may replace them
     (``"64,128,8,2;32,128,4,3"``, for tuning sweeps). The first is the untuned default."""
@@ -685,7 +705,8 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"),
-            CHUNK=causal_chunk(params)))
+            CHUNK=causal_chunk(params), ONE_LOOP=one_loop(),
+            EVEN_K=not varlen and seqlen_k % 128 == 0))   # (every config's BLOCK_N divides 128)
     if record is not None:
         buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,

@@ -369,6 +369,17 @@ def env_block(name: str, unset: str = "to autotune") -> int | None:
 CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order") or 0
 
 
+# The tile-level forward and dQ kernels with the full and the diagonal key tiles in one loop
+# (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch), opt-in
+# until measured: ``FLASHTILE_ONE_LOOP=1`` (read once, at import).
+ONE_LOOP = getenv("FLASHTILE_ONE_LOOP", "0") not in ("", "0")
+
+
+def one_loop() -> bool:
+    """:data:`ONE_LOOP` (a function, so that tests can switch it)."""
+    return ONE_LOOP
+
+
 def causal_chunk(params) -> int:
     """:data:`CAUSAL_CHUNK` for a dense call whose rows see keys up to a right edge (causal or
     a right window: the query blocks' loads differ), else 0."""

@@ -21,11 +21,11 @@ import triton.language as tl
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
                      band_mask, bias_args, causal_chunk, cdiv, dot_precision, dropout_args,
-                     dropout_bases, dropout_keep, env_block, getenv, gluon_kernels, gluon_settings,
-                     graph_bench, interpreting, load_tile, mod_args, padded_headdim, prune_configs,
-                     query_tile, score_args, scores_log2, seq_bounds, seq_bucket, softmax_step,
-                     sparse_args, strides, tile_ranges, tile_start, next_tile_start, varlen_args,
-                     window_args)
+                     dropout_bases, dropout_keep, env_block, gluon_kernels, gluon_settings,
+                     graph_bench, interpreting, load_tile, mod_args, one_loop, padded_headdim,
+                     prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
+                     softmax_step, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
+                     varlen_args, window_args)
 
 
 @triton.jit
@@ -274,9 +274,6 @@ def scale_in_exp(params) -> bool:
             and params.attn_bias is None and params.score_mod is None)
 
 
-# The full and the diagonal key tiles in one loop (``ONE_LOOP``), opt-in until measured on the
-# H200: ``FLASHTILE_FWD_ONE_LOOP=1`` (read once, at import).
-ONE_LOOP = getenv("FLASHTILE_FWD_ONE_LOOP", "0") not in ("", "0")
 
 
 def _fwd_configs():
@@ -384,7 +381,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             stride_bt=params.block_table.stride(0) if paged else 0,
             HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
-            SCALE_IN_EXP=scale_in_exp(params), ONE_LOOP=ONE_LOOP,
+            SCALE_IN_EXP=scale_in_exp(params), ONE_LOOP=one_loop(),
             EVEN_K=not varlen and seqlen_k % 128 == 0,    # (every config's BLOCK_N divides 128)
             CHUNK=causal_chunk(params),
         )
