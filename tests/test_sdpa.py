@@ -110,6 +110,9 @@ BAD = {
     "mask-and-causal": (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool), is_causal=True),
                         ValueError, "not both"),
     "dropout-2": (dict(dropout_p=2.0), ValueError, "dropout_p"),
+    "causal-int": (dict(is_causal=1), TypeError, "is_causal"),
+    "gqa-str": (dict(enable_gqa="yes"), TypeError, "enable_gqa"),
+    "scale-inf": (dict(scale=float("inf")), TypeError, "finite"),
 }
 
 
@@ -119,13 +122,41 @@ def test_sdpa_bad_input(name):
     if "attn_mask" in kwargs:
         kwargs = dict(kwargs, attn_mask=kwargs["attn_mask"].to(DEVICE))
     t = _bhsd(1, 2, 8, 16)
+    for causal in (False, True):        # (a good call of the same tensors is remembered first)
+        scaled_dot_product_attention(t, t, t, is_causal=causal)
     with pytest.raises(exc, match=word):
         scaled_dot_product_attention(t, t, t, **kwargs)
 
 
 def test_sdpa_gqa_needs_enable_gqa():
+    for _ in range(2):                  # (also once the GQA signature was remembered)
+        scaled_dot_product_attention(_bhsd(1, 4, 8, 16), _bhsd(1, 2, 8, 16), _bhsd(1, 2, 8, 16),
+                                     enable_gqa=True)
     with pytest.raises(ValueError, match="enable_gqa=True"):
         scaled_dot_product_attention(_bhsd(1, 4, 8, 16), _bhsd(1, 2, 8, 16), _bhsd(1, 2, 8, 16))
+
+
+def test_sdpa_parameters_are_remembered_per_signature():
+    """As flash_attn_func's (tests/test_interface.py): one object per signature, the mask,
+    dropout and other argument types never remembered; flash-attn's and SDPA's entries apart
+    (the same tensors mean other axes and another causal alignment)."""
+    from flashtile.interface import _PARAMS, _flash_params, _remembered, _sdpa_params, \
+        _sdpa_signature
+    t = _bhsd(1, 2, 8, 16)
+
+    def params(mask=None, dropout=0.0, causal=True, scale=None, gqa=False):
+        return _remembered(_sdpa_signature(t, t, t, mask, dropout, causal, scale, gqa),
+                           lambda: _sdpa_params(t, t, t, mask, dropout, causal, scale, gqa))
+    first = params()
+    assert params() is first and not first.bottom_right and first.window_right == 0
+    assert params(causal=False) is not first and params(scale=0.5).softmax_scale == 0.5
+    size = len(_PARAMS)
+    mask = torch.ones(8, 8, dtype=torch.bool, device=DEVICE)
+    assert params(mask=mask, causal=False).attn_bias is mask
+    assert params(dropout=0.25).dropout_p == 0.25
+    assert len(_PARAMS) == size
+    flash, _ = _flash_params(t, t, t, 0.0, None, True, (-1, -1), 0.0, None, False)
+    assert flash is not first and flash.bottom_right
 
 
 def test_bool_mask_skips_hidden_tiles(monkeypatch):

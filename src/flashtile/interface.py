@@ -197,29 +197,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         ``(batch, nheads, seqlen_q, headdim_v)``. Unlike torch, a query row whose mask hides every
         key returns 0 rather than NaN.
     """
-    layout = "(batch, nheads, seqlen, headdim)"
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        V.check_tensor(name, t, 4, layout)
-    V.check_same(("query", "key", "value"), (query, key, value))
-    V.check_qkv_shapes(query, key, value, seq_dim=2, head_dim=1, layout=layout,
-                       gqa_hint="" if enable_gqa else "; also pass enable_gqa=True")
-    V.check_bool("is_causal", is_causal)
-    V.check_bool("enable_gqa", enable_gqa)
-    if query.shape[1] != key.shape[1] and not enable_gqa:
-        raise ValueError(f"query has {query.shape[1]} heads but key/value have {key.shape[1]}; "
-                         "set enable_gqa=True for grouped-query attention")
-    scale = V.check_scale("scale", scale)
+    params = _remembered(
+        _sdpa_signature(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa),
+        lambda: _sdpa_params(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                             enable_gqa))
     batch, nheads, seqlen_q, _ = query.shape
     seqlen_k = key.shape[2]
-    if attn_mask is not None:
-        V.check_attn_mask(attn_mask, (batch, nheads, seqlen_q, seqlen_k), query.device)
-        if is_causal:
-            raise ValueError("pass either attn_mask or is_causal=True, not both (as torch); fold "
-                             "the causal mask into attn_mask")
-    params = AttentionParams(
-        softmax_scale=scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]),
-        window_right=0 if is_causal else -1, bottom_right=False, causal=is_causal,
-        dropout_p=V.check_dropout(dropout_p), attn_bias=attn_mask)
     if params.dropout_p > 0:
         seed, offset = draw_seed_offset(query.device)
         params = params.with_(seed=seed, offset=offset)
@@ -233,6 +216,45 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     out, _ = attention(q, k, v, params, backend)
     return out.transpose(1, 2)
+
+
+def _sdpa_signature(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                    enable_gqa) -> tuple | None:
+    """:func:`_signature` for :func:`scaled_dot_product_attention`: None with a mask (a tensor's
+    values), dropout or arguments of other than their defaults' exact types."""
+    if (attn_mask is not None or type(dropout_p) is not float or dropout_p != 0.0
+            or type(is_causal) is not bool or type(enable_gqa) is not bool
+            or not (scale is None or type(scale) is float)):
+        return None
+    tensors = _tensor_signature(query, key, value)
+    return None if tensors is None else ("sdpa", *tensors, is_causal, scale, enable_gqa)
+
+
+def _sdpa_params(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                 enable_gqa) -> AttentionParams:
+    """:func:`scaled_dot_product_attention`'s checks and parameters object (no RNG key yet)."""
+    layout = "(batch, nheads, seqlen, headdim)"
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        V.check_tensor(name, t, 4, layout)
+    V.check_same(("query", "key", "value"), (query, key, value))
+    V.check_qkv_shapes(query, key, value, seq_dim=2, head_dim=1, layout=layout,
+                       gqa_hint="" if enable_gqa else "; also pass enable_gqa=True")
+    V.check_bool("is_causal", is_causal)
+    V.check_bool("enable_gqa", enable_gqa)
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise ValueError(f"query has {query.shape[1]} heads but key/value have {key.shape[1]}; "
+                         "set enable_gqa=True for grouped-query attention")
+    scale = V.check_scale("scale", scale)
+    if attn_mask is not None:
+        batch, nheads, seqlen_q, _ = query.shape
+        V.check_attn_mask(attn_mask, (batch, nheads, seqlen_q, key.shape[2]), query.device)
+        if is_causal:
+            raise ValueError("pass either attn_mask or is_causal=True, not both (as torch); fold "
+                             "the causal mask into attn_mask")
+    return AttentionParams(
+        softmax_scale=scale if scale is not None else 1.0 / math.sqrt(query.shape[-1]),
+        window_right=0 if is_causal else -1, bottom_right=False, causal=is_causal,
+        dropout_p=V.check_dropout(dropout_p), attn_bias=attn_mask)
 
 
 def _heaviest_first(lengths_q: list[int], lengths_k: list[int], device) -> torch.Tensor:
@@ -283,12 +305,34 @@ def _check_paged_varlen(q, k, v, block_table, lengths_k) -> None:
                            "keys 0 .. cu_seqlens_k length")
 
 
-# _flash_params' parameters objects by call signature (:func:`_signature`). A training or
-# serving loop repeats a few signatures; the checks and the frozen dataclass cost ~12 us a call
-# on the development CPU alone and ~20 us inside a forward+backward step (session 30), a call's
-# largest host cost before the launches.
+# The public functions' parameters objects by call signature (:func:`_remembered`). A training
+# or serving loop repeats a few signatures; the checks and the frozen dataclass cost ~12 us a
+# call on the development CPU alone and ~20 us inside a forward+backward step (session 30), a
+# call's largest host cost before the launches.
 _PARAMS: dict = {}
 MAX_SIGNATURES = 256
+
+
+def _remembered(key: tuple | None, build) -> AttentionParams:
+    """``build()``'s parameters object (immutable, holding no tensor), made once per signature
+    ``key``; None: a call whose result depends on more than its signature, built every time."""
+    params = _PARAMS.get(key) if key is not None else None
+    if params is None:
+        params = build()
+        if key is not None:
+            if len(_PARAMS) >= MAX_SIGNATURES:
+                _PARAMS.clear()
+            _PARAMS[key] = params
+    return params
+
+
+def _tensor_signature(q, k, v) -> tuple | None:
+    """What the checks read of Q, K, V (shapes, last strides, dtypes, devices); None unless all
+    three are plain tensors (a subclass may answer differently)."""
+    if type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor:
+        return None
+    return (q.shape, k.shape, v.shape, q.stride(-1), k.stride(-1), v.stride(-1), q.dtype,
+            k.dtype, v.dtype, q.device, k.device, v.device)
 
 
 def _signature(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
@@ -297,34 +341,29 @@ def _signature(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, 
     tensors, no ALiBi slopes (a tensor's values), no dropout (a fresh RNG key each call) and the
     arguments' exact default types (so ``1`` and ``True``, equal as keys, never share an
     entry). None: the call takes the full path."""
-    if (type(q) is not torch.Tensor or type(k) is not torch.Tensor or type(v) is not torch.Tensor
-            or alibi_slopes is not None or type(dropout_p) is not float or dropout_p != 0.0
+    if (alibi_slopes is not None or type(dropout_p) is not float or dropout_p != 0.0
             or not (softmax_scale is None or type(softmax_scale) is float)
             or type(causal) is not bool or type(deterministic) is not bool
             or type(softcap) is not float or type(window_size) is not tuple
             or len(window_size) != 2 or type(window_size[0]) is not int
             or type(window_size[1]) is not int):
         return None
-    return (q.shape, k.shape, v.shape, q.stride(-1), k.stride(-1), v.stride(-1), q.dtype,
-            k.dtype, v.dtype, q.device, k.device, v.device, softmax_scale, causal, window_size,
-            softcap, deterministic)
+    tensors = _tensor_signature(q, k, v)
+    if tensors is None:
+        return None
+    return ("flash", *tensors, softmax_scale, causal, window_size, softcap, deterministic)
 
 
 def _flash_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
                   deterministic) -> tuple[AttentionParams, str]:
     """Validate flash-attn style arguments and build the parameters object and the backend.
-    A signature that passed before reuses its parameters object (immutable, holding no tensor);
-    the backend is resolved anew (``set_backend`` may change it)."""
+    A signature that passed before reuses its parameters object (:func:`_remembered`); the
+    backend is resolved anew (``set_backend`` may change it)."""
     key = _signature(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                      alibi_slopes, deterministic)
-    params = _PARAMS.get(key) if key is not None else None
-    if params is None:
-        params = _checked_params(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                                 alibi_slopes, deterministic)
-        if key is not None:
-            if len(_PARAMS) >= MAX_SIGNATURES:
-                _PARAMS.clear()
-            _PARAMS[key] = params
+    params = _remembered(key, lambda: _checked_params(q, k, v, dropout_p, softmax_scale, causal,
+                                                      window_size, softcap, alibi_slopes,
+                                                      deterministic))
     return params, resolve(q.device)
 
 
