@@ -3,7 +3,7 @@
 #   bash scripts/gpu_session.sh [STEP ...]
 #   steps: env alltests pytest diagnose tests smoke core headdims full long ledger sparse features quick
 #          bwdsweep plans outlier gluon gluonfwd gluonbwd gluonsweep
-#          gluonfwdsweep ab branches stalls stallsrc
+#          gluonfwdsweep ab branches stalls stallsrc idle
 # Carry .whl (pytest, rich, matplotlib... as wheels) when the machine lacks them.
 # Branches in the same call: `git archive BRANCH | tar -x -C .branches/BRANCH` (git-ignored)
 # and `git rev-parse --short BRANCH > .branches/BRANCH/COMMIT`, carry .branches, and run the
@@ -94,6 +94,11 @@ PY
             --gpu --what $what --calls 200 2>&1 | tail -2 | tr '\n' ' ')"
         done
       done 2>&1 | tee "$OUT/plans.log" ;;
+    idle) # where a timed fwd+bwd leaves the GPU idle: the host's time per iteration, syncs,
+      # the gaps inside a call (scripts/idle_probe.py); IDLE_POINTS="d:seqlen:causal ..."
+      timeout ${IDLE_TIMEOUT:-300} python3 scripts/idle_probe.py --out "$OUT/idle" \
+        --points "${IDLE_POINTS:-128:512:1 128:512:0 64:512:1 128:1024:1}" 2>&1 \
+        | grep -v Warning | tee "$OUT/idle.log" ;;
     outlier) # session 8's d=128 non-causal fwd+bwd at 1k (241 TFLOP/s there; not reproduced in
       # session 9: 312.6), with each point's kernel configs in the bench JSON
       python3 -m flashtile bench --seqlens 512,1k,2k --headdims 128 --causal no --mode fwdbwd \
