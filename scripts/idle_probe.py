@@ -96,7 +96,11 @@ def gaps(step, leaves, flush: torch.Tensor, trace_path: Path, iters: int = 4) ->
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         timed_loop(step, leaves, iters, flush)
     prof.export_chrome_trace(str(trace_path))
-    events = json.load(open(trace_path))["traceEvents"]
+    return trace_gaps(json.load(open(trace_path))["traceEvents"])
+
+
+def trace_gaps(events: list) -> dict:
+    """:func:`gaps` from a Chrome trace's events (also for a saved trace)."""
     launch = {e["args"]["correlation"]: e["ts"] for e in events
               if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
     kernels = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
@@ -119,12 +123,14 @@ def gaps(step, leaves, flush: torch.Tensor, trace_path: Path, iters: int = 4) ->
         for prev, k in zip(ks, ks[1:]):
             gap = k["ts"] - (prev["ts"] + prev["dur"])
             if gap > 3:
-                lag = k["ts"] - launch.get(k["args"].get("correlation"), k["ts"])
-                # (a kernel launched after its predecessor ended waited for the host)
-                late = launch.get(k["args"].get("correlation"), 0) > prev["ts"] + prev["dur"]
+                # (a kernel launched after its predecessor ended waited for the host; Triton's
+                # launches go through the driver API, which the trace does not record: None)
+                at = launch.get(k["args"].get("correlation"))
                 call_gaps.append({"gap_us": gap, "before": prev["name"][:50],
-                                  "after": k["name"][:50], "launch_to_start_us": lag,
-                                  "host_late": late})
+                                  "after": k["name"][:50],
+                                  "launch_to_start_us": None if at is None else k["ts"] - at,
+                                  "host_late": None if at is None
+                                  else at > prev["ts"] + prev["dur"]})
         rows.append({"span_us": span, "busy_us": busy, "kernels": len(ks), "gaps": call_gaps})
     return {"calls": rows}
 
@@ -165,9 +171,11 @@ def main() -> None:
                 print(f"    sync: {s}")
             if calls:
                 for gp in sorted(calls[-1]["gaps"], key=lambda x: -x["gap_us"])[:4]:
+                    lag = gp["launch_to_start_us"]
+                    how = ("launch not traced" if lag is None else
+                           f"launch->start {lag:.1f} us, host late: {gp['host_late']}")
                     print(f"    gap {gp['gap_us']:6.1f} us  {gp['before']} -> {gp['after']}  "
-                          f"(launch->start {gp['launch_to_start_us']:.1f} us, host late: "
-                          f"{gp['host_late']})")
+                          f"({how})")
     json.dump(results, open(out / "idle_probe.json", "w"), indent=1)
 
 
