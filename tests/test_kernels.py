@@ -198,7 +198,7 @@ def test_one_loop_forward(case, dtype, monkeypatch, launched):
     shape, opts = ONE_LOOP_CASES[case]
     check(*shape, dtype, **opts)
     loops = [kw for kw in launched if "ONE_LOOP" in kw]
-    assert len(loops) == (1 if case.startswith("gpu-d128") else 2)  # (fwd, dQ; Gluon dQ off)
+    assert len(loops) == 2                                  # (the forward and the dQ kernel)
     assert all(kw["ONE_LOOP"] and kw["EVEN_K"] == (shape[2] % 128 == 0) for kw in loops)
 
 
@@ -218,21 +218,28 @@ def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
     assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)
 
 
-def test_causal_chunk_setting(monkeypatch):
-    """FLASHTILE_CAUSAL_CHUNK is read at import: a non-integer is a clear error; varlen calls
-    and calls without a right edge keep the head-by-head order."""
+def test_diagonal_settings(monkeypatch):
+    """FLASHTILE_CAUSAL_CHUNK is read at import: a non-integer is a clear error. Both switches
+    act only on calls with a right edge (no diagonal tile otherwise), the chunks only on dense
+    ones, and EVEN_K is set only with one loop (the default compiles no second variant)."""
     from flashtile.kernels import common
     monkeypatch.setenv("FLASHTILE_CAUSAL_CHUNK", "many")
     with pytest.raises(ValueError, match="FLASHTILE_CAUSAL_CHUNK must be a positive "
                                          "integer.*head-by-head"):
         common.env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
-    monkeypatch.setattr(common, "CAUSAL_CHUNK", 64)
     q, k, v = make_qkv(1, 8, 8, 2, 2, 16, 16, DTYPES[0])
     causal, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
     full, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
-    assert common.causal_chunk(causal) == 64 and common.causal_chunk(full) == 0
     cu = torch.tensor([0, 8], dtype=torch.int32)
-    assert common.causal_chunk(causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)) == 0
+    packed = causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)
+    off = dict(ONE_LOOP=False, EVEN_K=False, CHUNK=0)
+    assert common.diagonal_args(causal, 256) == off                     # (the defaults)
+    monkeypatch.setattr(common, "CAUSAL_CHUNK", 64)
+    monkeypatch.setattr(common, "ONE_LOOP", True)
+    assert common.diagonal_args(causal, 256) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=64)
+    assert common.diagonal_args(causal, 200) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=64)
+    assert common.diagonal_args(full, 256) == off
+    assert common.diagonal_args(packed, 256) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=0)
 
 
 def test_backward_is_deterministic():

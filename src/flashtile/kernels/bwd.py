@@ -41,13 +41,13 @@ import triton.language as tl
 from ..reference.dense import sum_to_shape
 
 from . import plans
-from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, bias_args,
-                     band_mask, bwd_probs, causal_chunk, cdiv, chain_ds, dot_precision,
+from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, band_mask,
+                     bias_args, bwd_probs, cdiv, chain_ds, diagonal_args, dot_precision,
                      dropout_args, dropout_bases, dropout_keep, getenv, gluon_kernels,
-                     gluon_settings, graph_bench, interpreting, load_tile, mod_args, one_loop,
-                     padded_headdim, prune_configs, query_tile, row_ranges, score_args, seq_bounds,
-                     seq_bucket, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
-                     varlen_args, varlen_sequence, window_args)
+                     gluon_settings, graph_bench, interpreting, load_tile, mod_args,
+                     next_tile_start, padded_headdim, prune_configs, query_tile, row_ranges,
+                     score_args, seq_bounds, seq_bucket, sparse_args, strides, tile_ranges,
+                     tile_start, varlen_args, varlen_sequence, window_args)
 
 
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",
@@ -705,8 +705,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"),
-            CHUNK=causal_chunk(params), ONE_LOOP=one_loop(),
-            EVEN_K=not varlen and seqlen_k % 128 == 0))   # (every config's BLOCK_N divides 128)
+            **diagonal_args(params, seqlen_k)))
     if record is not None:
         buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,

@@ -371,21 +371,21 @@ CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
 
 # The tile-level forward and dQ kernels with the full and the diagonal key tiles in one loop
 # (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch), opt-in
-# until measured: ``FLASHTILE_ONE_LOOP=1`` (read once, at import).
+# until measured: ``FLASHTILE_ONE_LOOP=1`` (read once, at import; :func:`diagonal_args`).
 ONE_LOOP = getenv("FLASHTILE_ONE_LOOP", "0") not in ("", "0")
 
 
-def one_loop() -> bool:
-    """:data:`ONE_LOOP` (a function, so that tests can switch it)."""
-    return ONE_LOOP
-
-
-def causal_chunk(params) -> int:
-    """:data:`CAUSAL_CHUNK` for a dense call whose rows see keys up to a right edge (causal or
-    a right window: the query blocks' loads differ), else 0."""
-    if params.window_right < 0 or params.cu_seqlens_q is not None:
-        return 0
-    return CAUSAL_CHUNK
+def diagonal_args(params, seqlen_k: int) -> dict:
+    """The constexprs of the tile-level kernels that take one query tile a program (forward,
+    dQ) for the key tiles a right edge cuts (causal or a right window; without one no tile is
+    diagonal and all three are off): ``ONE_LOOP`` (:data:`ONE_LOOP`), ``EVEN_K`` (with it: dense
+    keys that end on a tile, every config's BLOCK_N dividing 128; False otherwise, so the
+    default compiles no second variant) and ``CHUNK`` (:data:`CAUSAL_CHUNK`, dense calls)."""
+    right = params.window_right >= 0
+    dense = params.cu_seqlens_q is None
+    loop = ONE_LOOP and right
+    return dict(ONE_LOOP=loop, EVEN_K=loop and dense and seqlen_k % 128 == 0,
+                CHUNK=CAUSAL_CHUNK if right and dense else 0)
 
 
 def window_args(params) -> dict:

@@ -20,11 +20,11 @@ import triton.language as tl
 
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
-                     band_mask, bias_args, causal_chunk, cdiv, dot_precision, dropout_args,
+                     band_mask, bias_args, cdiv, diagonal_args, dot_precision, dropout_args,
                      dropout_bases, dropout_keep, env_block, gluon_kernels, gluon_settings,
-                     graph_bench, interpreting, load_tile, mod_args, one_loop, padded_headdim,
-                     prune_configs, query_tile, score_args, scores_log2, seq_bounds, seq_bucket,
-                     softmax_step, sparse_args, strides, tile_ranges, tile_start, next_tile_start,
+                     graph_bench, interpreting, load_tile, mod_args, next_tile_start,
+                     padded_headdim, prune_configs, query_tile, score_args, scores_log2, seq_bounds,
+                     seq_bucket, softmax_step, sparse_args, strides, tile_ranges, tile_start,
                      varlen_args, window_args)
 
 
@@ -381,9 +381,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             stride_bt=params.block_table.stride(0) if paged else 0,
             HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
-            SCALE_IN_EXP=scale_in_exp(params), ONE_LOOP=one_loop(),
-            EVEN_K=not varlen and seqlen_k % 128 == 0,    # (every config's BLOCK_N divides 128)
-            CHUNK=causal_chunk(params),
+            SCALE_IN_EXP=scale_in_exp(params), **diagonal_args(params, seqlen_k),
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
