@@ -8,6 +8,7 @@ Rule: err(kernel) <= 2 * err(plain torch in the same dtype) + floor, both agains
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 import torch
@@ -189,11 +190,11 @@ if GPU:     # (the H200's short causal points, where one loop a program is meant
 @pytest.mark.parametrize("case", list(ONE_LOOP_CASES))
 def test_one_loop_forward(case, dtype, monkeypatch, launched):
     """The tile-level forward and dQ kernels with the full and the diagonal key tiles in one
-    loop (``FLASHTILE_ONE_LOOP``, kernels.common.ONE_LOOP), against float64 (outputs and
+    loop (``FLASHTILE_ONE_LOOP=1``, kernels.common.ONE_LOOP_UPTO), against float64 (outputs and
     gradients): the band mask applied from the diagonal tiles on, no bounds test on the loads
     where the keys end on a tile."""
     from flashtile.kernels import common
-    monkeypatch.setattr(common, "ONE_LOOP", True)
+    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (dQ in the tile-level dQ kernel)
     shape, opts = ONE_LOOP_CASES[case]
     check(*shape, dtype, **opts)
@@ -212,34 +213,46 @@ def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
     and a chunk larger than the grid."""
     from flashtile.kernels import common
     monkeypatch.setattr(common, "CAUSAL_CHUNK", chunk)
-    monkeypatch.setattr(common, "ONE_LOOP", one_loop)
+    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30 if one_loop else 0)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
     check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
     assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)
 
 
 def test_diagonal_settings(monkeypatch):
-    """FLASHTILE_CAUSAL_CHUNK is read at import: a non-integer is a clear error. Both switches
+    """FLASHTILE_CAUSAL_CHUNK and FLASHTILE_ONE_LOOP are read at import: a bad value is a clear
+    error. One loop is the default up to d=64 (where it measured ahead), chunks are off. Both
     act only on calls with a right edge (no diagonal tile otherwise), the chunks only on dense
-    ones, and EVEN_K is set only with one loop (the default compiles no second variant)."""
+    ones, and EVEN_K is set only with one loop (two loops compile no second variant)."""
     from flashtile.kernels import common
     monkeypatch.setenv("FLASHTILE_CAUSAL_CHUNK", "many")
     with pytest.raises(ValueError, match="FLASHTILE_CAUSAL_CHUNK must be a positive "
                                          "integer.*head-by-head"):
         common.env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
+    monkeypatch.setenv("FLASHTILE_ONE_LOOP", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_ONE_LOOP must be 0, 1 or 'auto'"):
+        common.env_forced("FLASHTILE_ONE_LOOP")
     q, k, v = make_qkv(1, 8, 8, 2, 2, 16, 16, DTYPES[0])
     causal, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
     full, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
     cu = torch.tensor([0, 8], dtype=torch.int32)
     packed = causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)
     off = dict(ONE_LOOP=False, EVEN_K=False, CHUNK=0)
-    assert common.diagonal_args(causal, 256) == off                     # (the defaults)
+    if os.environ.get("FLASHTILE_ONE_LOOP", "auto") in ("", "auto"):
+        assert common.ONE_LOOP_UPTO == 64                               # (the default)
+    if not os.environ.get("FLASHTILE_CAUSAL_CHUNK"):
+        assert common.CAUSAL_CHUNK == 0
+    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 64)
+    monkeypatch.setattr(common, "CAUSAL_CHUNK", 0)
+    assert common.diagonal_args(causal, 256, 64) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=0)
+    assert common.diagonal_args(causal, 256, 128) == off
+    assert common.diagonal_args(full, 256, 64) == off
     monkeypatch.setattr(common, "CAUSAL_CHUNK", 64)
-    monkeypatch.setattr(common, "ONE_LOOP", True)
-    assert common.diagonal_args(causal, 256) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=64)
-    assert common.diagonal_args(causal, 200) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=64)
-    assert common.diagonal_args(full, 256) == off
-    assert common.diagonal_args(packed, 256) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=0)
+    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30)
+    assert common.diagonal_args(causal, 256, 128) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=64)
+    assert common.diagonal_args(causal, 200, 128) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=64)
+    assert common.diagonal_args(full, 256, 128) == off
+    assert common.diagonal_args(packed, 256, 128) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=0)
 
 
 def test_backward_is_deterministic():

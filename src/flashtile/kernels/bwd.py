@@ -705,7 +705,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             *strides(q, varlen), *strides(k, varlen), *strides(v, varlen),
             *strides(dout, varlen), *strides(dq4, varlen), *sizes), dict(
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"),
-            **diagonal_args(params, seqlen_k)))
+            **diagonal_args(params, seqlen_k, head_d)))
     if record is not None:
         buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,

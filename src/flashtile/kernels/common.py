@@ -370,20 +370,26 @@ CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
 
 
 # The tile-level forward and dQ kernels with the full and the diagonal key tiles in one loop
-# (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch), opt-in
-# until measured: ``FLASHTILE_ONE_LOOP=1`` (read once, at import; :func:`diagonal_args`).
-ONE_LOOP = getenv("FLASHTILE_ONE_LOOP", "0") not in ("", "0")
+# (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch) up to this
+# head dim. ``FLASHTILE_ONE_LOOP`` unset or ``auto``: d <= 64, where it measured ahead (session
+# 31, H200, bf16, kernel sums against two loops: d=64 causal forward 0.90x / 0.95x at 512 / 1k,
+# forward+backward 0.96-0.97x at 512, 0.99x at 1k-8k; d=128 causal forward+backward, where only
+# dQ takes it, 1.00x / 1.03x / 1.01x at 512 / 2k / 8k); ``1`` every head dim, ``0`` none (read
+# once, at import; :func:`diagonal_args`).
+_ONE_LOOP_FORCED = env_forced("FLASHTILE_ONE_LOOP")
+ONE_LOOP_UPTO = 64 if _ONE_LOOP_FORCED is None else (1 << 30 if _ONE_LOOP_FORCED else 0)
 
 
-def diagonal_args(params, seqlen_k: int) -> dict:
+def diagonal_args(params, seqlen_k: int, head_d: int) -> dict:
     """The constexprs of the tile-level kernels that take one query tile a program (forward,
     dQ) for the key tiles a right edge cuts (causal or a right window; without one no tile is
-    diagonal and all three are off): ``ONE_LOOP`` (:data:`ONE_LOOP`), ``EVEN_K`` (with it: dense
-    keys that end on a tile, every config's BLOCK_N dividing 128; False otherwise, so the
-    default compiles no second variant) and ``CHUNK`` (:data:`CAUSAL_CHUNK`, dense calls)."""
+    diagonal and all three are off): ``ONE_LOOP`` (head dims up to :data:`ONE_LOOP_UPTO`),
+    ``EVEN_K`` (with it: dense keys that end on a tile, every config's BLOCK_N dividing 128;
+    False otherwise, so that two loops compile no second variant) and ``CHUNK``
+    (:data:`CAUSAL_CHUNK`, dense calls)."""
     right = params.window_right >= 0
     dense = params.cu_seqlens_q is None
-    loop = ONE_LOOP and right
+    loop = right and head_d <= ONE_LOOP_UPTO
     return dict(ONE_LOOP=loop, EVEN_K=loop and dense and seqlen_k % 128 == 0,
                 CHUNK=CAUSAL_CHUNK if right and dense else 0)
 

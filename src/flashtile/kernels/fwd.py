@@ -381,7 +381,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             stride_bt=params.block_table.stride(0) if paged else 0,
             HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
-            SCALE_IN_EXP=scale_in_exp(params), **diagonal_args(params, seqlen_k),
+            SCALE_IN_EXP=scale_in_exp(params), **diagonal_args(params, seqlen_k, head_d),
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
