@@ -6,8 +6,8 @@
 export PYTHONPATH=$PWD/src; O=$OUT
 for r in 1 2; do for v in 0 1; do
   echo "--- round $r: FLASHTILE_ONE_LOOP=$v"
-  FLASHTILE_ONE_LOOP=$v timeout 110 python3 scripts/feature_bench.py --part fusion,varlen \
-    --only "window,varlen causal" --budget-s 100 --out $O/r$r-$v > $O/r$r-$v.log 2>&1
+  FLASHTILE_ONE_LOOP=$v timeout 95 python3 scripts/feature_bench.py --part fusion,varlen \
+    --only "window,varlen causal" --budget-s 85 --out $O/r$r-$v > $O/r$r-$v.log 2>&1
   tail -3 $O/r$r-$v.log
 done; done
 python3 - "$O" <<'PY'
