@@ -373,9 +373,10 @@ CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
 # (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch) up to this
 # head dim. ``FLASHTILE_ONE_LOOP`` unset or ``auto``: d <= 64, where it measured ahead (session
 # 31, H200, bf16, kernel sums against two loops: d=64 causal forward 0.90x / 0.95x at 512 / 1k,
-# forward+backward 0.96-0.97x at 512, 0.99x at 1k-8k; d=128 causal forward+backward, where only
-# dQ takes it, 1.00x / 1.03x / 1.01x at 512 / 2k / 8k); ``1`` every head dim, ``0`` none (read
-# once, at import; :func:`diagonal_args`).
+# forward+backward 0.96-0.97x at 512, 0.99x at 1k-8k); at d=128, where these kernels run for
+# windows, varlen and the other calls the Gluon kernels do not cover, it was level or slower
+# (window (256, 0) at 16k 0.995x, causal varlen 1.012x, forward+backward in both rounds);
+# ``1`` every head dim, ``0`` none (read once, at import; :func:`diagonal_args`).
 _ONE_LOOP_FORCED = env_forced("FLASHTILE_ONE_LOOP")
 ONE_LOOP_UPTO = 64 if _ONE_LOOP_FORCED is None else (1 << 30 if _ONE_LOOP_FORCED else 0)
 
