@@ -186,21 +186,24 @@ if GPU:     # (the H200's short causal points, where one loop a program is meant
     })
 
 
+@pytest.mark.parametrize("one_loop", [True, False], ids=["one-loop", "two-loops"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
 @pytest.mark.parametrize("case", list(ONE_LOOP_CASES))
-def test_one_loop_forward(case, dtype, monkeypatch, launched):
+def test_one_loop_forward(case, dtype, one_loop, monkeypatch, launched):
     """The tile-level forward and dQ kernels with the full and the diagonal key tiles in one
-    loop (``FLASHTILE_ONE_LOOP=1``, kernels.common.ONE_LOOP_UPTO), against float64 (outputs and
-    gradients): the band mask applied from the diagonal tiles on, no bounds test on the loads
-    where the keys end on a tile."""
+    loop (``FLASHTILE_ONE_LOOP=1``, kernels.common.ONE_LOOP_UPTO) or in two (``=0``: the
+    default above d=64, which the interpreter's small head dims would otherwise not reach),
+    against float64 (outputs and gradients): one loop applies the band mask from the diagonal
+    tiles on and skips the loads' bounds test where the keys end on a tile."""
     from flashtile.kernels import common
-    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30)
+    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30 if one_loop else 0)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (dQ in the tile-level dQ kernel)
     shape, opts = ONE_LOOP_CASES[case]
     check(*shape, dtype, **opts)
     loops = [kw for kw in launched if "ONE_LOOP" in kw]
     assert len(loops) == 2                                  # (the forward and the dQ kernel)
-    assert all(kw["ONE_LOOP"] and kw["EVEN_K"] == (shape[2] % 128 == 0) for kw in loops)
+    even_k = one_loop and shape[2] % 128 == 0
+    assert all(kw["ONE_LOOP"] == one_loop and kw["EVEN_K"] == even_k for kw in loops)
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 64], ids=lambda c: f"chunk{c}")
