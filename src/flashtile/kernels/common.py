@@ -364,8 +364,8 @@ def env_block(name: str, unset: str = "to autotune") -> int | None:
 
 # The causal tile-level kernels that take one query tile a program (forward, dQ): their grid in
 # chunks of this many (batch, head) pairs, the chunk's heaviest query blocks first
-# (:func:`query_tile`); 0: head by head. Opt-in until measured: ``FLASHTILE_CAUSAL_CHUNK=64``
-# (read once, at import).
+# (:func:`query_tile`); 0: head by head. Opt-in: ``FLASHTILE_CAUSAL_CHUNK=64`` measured level
+# (session 31, H200, d=64 causal 512 / 1k: -1% to +1% kernel time). Read once, at import.
 CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order") or 0
 
 
