@@ -228,6 +228,10 @@ def test_diagonal_settings(monkeypatch):
     act only on calls with a right edge (no diagonal tile otherwise), the chunks only on dense
     ones, and EVEN_K is set only with one loop (two loops compile no second variant)."""
     from flashtile.kernels import common
+    if os.environ.get("FLASHTILE_ONE_LOOP", "auto") in ("", "auto"):     # (the defaults)
+        assert common.ONE_LOOP_UPTO == 64
+    if not os.environ.get("FLASHTILE_CAUSAL_CHUNK"):
+        assert common.CAUSAL_CHUNK == 0
     monkeypatch.setenv("FLASHTILE_CAUSAL_CHUNK", "many")
     with pytest.raises(ValueError, match="FLASHTILE_CAUSAL_CHUNK must be a positive "
                                          "integer.*head-by-head"):
@@ -241,10 +245,6 @@ def test_diagonal_settings(monkeypatch):
     cu = torch.tensor([0, 8], dtype=torch.int32)
     packed = causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)
     off = dict(ONE_LOOP=False, EVEN_K=False, CHUNK=0)
-    if os.environ.get("FLASHTILE_ONE_LOOP", "auto") in ("", "auto"):
-        assert common.ONE_LOOP_UPTO == 64                               # (the default)
-    if not os.environ.get("FLASHTILE_CAUSAL_CHUNK"):
-        assert common.CAUSAL_CHUNK == 0
     monkeypatch.setattr(common, "ONE_LOOP_UPTO", 64)
     monkeypatch.setattr(common, "CAUSAL_CHUNK", 0)
     assert common.diagonal_args(causal, 256, 64) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=0)
