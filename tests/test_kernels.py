@@ -191,12 +191,12 @@ if GPU:     # (the H200's short causal points, where one loop a program is meant
 @pytest.mark.parametrize("case", list(ONE_LOOP_CASES))
 def test_one_loop_forward(case, dtype, one_loop, monkeypatch, launched):
     """The tile-level forward and dQ kernels with the full and the diagonal key tiles in one
-    loop (``FLASHTILE_ONE_LOOP=1``, kernels.common.ONE_LOOP_UPTO) or in two (``=0``: the
-    default above d=64, which the interpreter's small head dims would otherwise not reach),
+    loop (``FLASHTILE_ONE_LOOP=1``, kernels.common.ONE_LOOP) or in two (``=0``: the default
+    above d=64 and for keys that do not end on a 128-key tile),
     against float64 (outputs and gradients): one loop applies the band mask from the diagonal
     tiles on and skips the loads' bounds test where the keys end on a tile."""
     from flashtile.kernels import common
-    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30 if one_loop else 0)
+    monkeypatch.setattr(common, "ONE_LOOP", one_loop)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (dQ in the tile-level dQ kernel)
     shape, opts = ONE_LOOP_CASES[case]
     check(*shape, dtype, **opts)
@@ -216,7 +216,7 @@ def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
     and a chunk larger than the grid."""
     from flashtile.kernels import common
     monkeypatch.setattr(common, "CAUSAL_CHUNK", chunk)
-    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30 if one_loop else 0)
+    monkeypatch.setattr(common, "ONE_LOOP", one_loop)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
     check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
     assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)
@@ -224,12 +224,13 @@ def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
 
 def test_diagonal_settings(monkeypatch):
     """FLASHTILE_CAUSAL_CHUNK and FLASHTILE_ONE_LOOP are read at import: a bad value is a clear
-    error. One loop is the default up to d=64 (where it measured ahead), chunks are off. Both
-    act only on calls with a right edge (no diagonal tile otherwise), the chunks only on dense
-    ones, and EVEN_K is set only with one loop (two loops compile no second variant)."""
+    error. By default (``auto``) one loop runs where it measured ahead, up to d=64 with dense
+    keys that end on a 128-key tile; chunks are off. Both act only on calls with a right edge
+    (no diagonal tile otherwise), the chunks only on dense ones, and EVEN_K is set only with
+    one loop (two loops compile no second variant)."""
     from flashtile.kernels import common
     if os.environ.get("FLASHTILE_ONE_LOOP", "auto") in ("", "auto"):     # (the defaults)
-        assert common.ONE_LOOP_UPTO == 64
+        assert common.ONE_LOOP is None and common.ONE_LOOP_UPTO == 64
     if not os.environ.get("FLASHTILE_CAUSAL_CHUNK"):
         assert common.CAUSAL_CHUNK == 0
     monkeypatch.setenv("FLASHTILE_CAUSAL_CHUNK", "many")
@@ -245,13 +246,18 @@ def test_diagonal_settings(monkeypatch):
     cu = torch.tensor([0, 8], dtype=torch.int32)
     packed = causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)
     off = dict(ONE_LOOP=False, EVEN_K=False, CHUNK=0)
-    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 64)
+    one = dict(ONE_LOOP=True, EVEN_K=True, CHUNK=0)
+    monkeypatch.setattr(common, "ONE_LOOP", None)                       # auto
     monkeypatch.setattr(common, "CAUSAL_CHUNK", 0)
-    assert common.diagonal_args(causal, 256, 64) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=0)
-    assert common.diagonal_args(causal, 256, 128) == off
-    assert common.diagonal_args(full, 256, 64) == off
+    assert common.diagonal_args(causal, 256, 64) == one
+    assert common.diagonal_args(causal, 256, 128) == off               # (above d=64)
+    assert common.diagonal_args(causal, 200, 64) == off                # (uneven keys)
+    assert common.diagonal_args(packed, 256, 64) == off                # (varlen)
+    assert common.diagonal_args(full, 256, 64) == off                  # (no diagonal)
+    monkeypatch.setattr(common, "ONE_LOOP", False)
+    assert common.diagonal_args(causal, 256, 64) == off
     monkeypatch.setattr(common, "CAUSAL_CHUNK", 64)
-    monkeypatch.setattr(common, "ONE_LOOP_UPTO", 1 << 30)
+    monkeypatch.setattr(common, "ONE_LOOP", True)
     assert common.diagonal_args(causal, 256, 128) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=64)
     assert common.diagonal_args(causal, 200, 128) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=64)
     assert common.diagonal_args(full, 256, 128) == off

@@ -370,28 +370,34 @@ CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
 
 
 # The tile-level forward and dQ kernels with the full and the diagonal key tiles in one loop
-# (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch) up to this
-# head dim. ``FLASHTILE_ONE_LOOP`` unset or ``auto``: d <= 64, where it measured ahead (session
-# 31, H200, bf16, kernel sums against two loops: d=64 causal forward 0.90x / 0.95x at 512 / 1k,
-# forward+backward 0.96-0.97x at 512, 0.99x at 1k-8k); at d=128, where these kernels run for
-# windows, varlen and the other calls the Gluon kernels do not cover, it was level or slower
-# (window (256, 0) at 16k 0.995x, causal varlen 1.012x, forward+backward in both rounds);
-# ``1`` every head dim, ``0`` none (read once, at import; :func:`diagonal_args`).
-_ONE_LOOP_FORCED = env_forced("FLASHTILE_ONE_LOOP")
-ONE_LOOP_UPTO = 64 if _ONE_LOOP_FORCED is None else (1 << 30 if _ONE_LOOP_FORCED else 0)
+# (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch).
+# ``FLASHTILE_ONE_LOOP`` unset or ``auto`` (None here): where it measured ahead, head dims up to
+# :data:`ONE_LOOP_UPTO` with dense keys that end on a 128-key tile (session 31, H200, bf16,
+# kernel sums against two loops: d=64 causal forward 0.90x / 0.95x at 512 / 1k,
+# forward+backward 0.96-0.97x at 512). Elsewhere two loops: at d=128 one loop measured level
+# with even keys (window (256, 0) at 16k, forward+backward 0.995x) and slower without
+# (causal varlen 1.012x in both rounds; there one loop keeps the loads' bounds test on every
+# tile, two loops on the last only, the likely cost). ``1`` one loop wherever a right edge cuts tiles, ``0``
+# never (read once, at import; :func:`diagonal_args`).
+ONE_LOOP = env_forced("FLASHTILE_ONE_LOOP")
+ONE_LOOP_UPTO = 64
 
 
 def diagonal_args(params, seqlen_k: int, head_d: int) -> dict:
     """The constexprs of the tile-level kernels that take one query tile a program (forward,
     dQ) for the key tiles a right edge cuts (causal or a right window; without one no tile is
-    diagonal and all three are off): ``ONE_LOOP`` (head dims up to :data:`ONE_LOOP_UPTO`),
-    ``EVEN_K`` (with it: dense keys that end on a tile, every config's BLOCK_N dividing 128;
-    False otherwise, so that two loops compile no second variant) and ``CHUNK``
+    diagonal and all three are off): ``ONE_LOOP`` (:data:`ONE_LOOP`), ``EVEN_K`` (with it: dense
+    keys that end on a tile, every config's BLOCK_N dividing 128, so that the loads need no
+    bounds test; False otherwise, so that two loops compile no second variant) and ``CHUNK``
     (:data:`CAUSAL_CHUNK`, dense calls)."""
     right = params.window_right >= 0
     dense = params.cu_seqlens_q is None
-    loop = right and head_d <= ONE_LOOP_UPTO
-    return dict(ONE_LOOP=loop, EVEN_K=loop and dense and seqlen_k % 128 == 0,
+    even = dense and seqlen_k % 128 == 0
+    if ONE_LOOP is None:
+        loop = right and even and head_d <= ONE_LOOP_UPTO
+    else:
+        loop = right and ONE_LOOP
+    return dict(ONE_LOOP=loop, EVEN_K=loop and even,
                 CHUNK=CAUSAL_CHUNK if right and dense else 0)
 
 
