@@ -371,14 +371,15 @@ CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
 
 # The tile-level forward and dQ kernels with the full and the diagonal key tiles in one loop
 # (``ONE_LOOP``: the band applied from the diagonal tiles on under a run-time branch).
-# ``FLASHTILE_ONE_LOOP`` unset or ``auto`` (None here): where it measured ahead, head dims up to
-# :data:`ONE_LOOP_UPTO` with dense keys that end on a 128-key tile (session 31, H200, bf16,
+# ``FLASHTILE_ONE_LOOP`` unset or ``auto`` (None here): where it measured ahead, head dims up
+# to :data:`ONE_LOOP_UPTO` with dense keys that end on a 128-key tile (session 31, H200, bf16,
 # kernel sums against two loops: d=64 causal forward 0.90x / 0.95x at 512 / 1k,
-# forward+backward 0.96-0.97x at 512). Elsewhere two loops: at d=128 one loop measured level
-# with even keys (window (256, 0) at 16k, forward+backward 0.995x) and slower without
-# (causal varlen 1.012x in both rounds; there one loop keeps the loads' bounds test on every
-# tile, two loops on the last only, the likely cost). ``1`` one loop wherever a right edge cuts tiles, ``0``
-# never (read once, at import; :func:`diagonal_args`).
+# forward+backward 0.96-0.97x at 512; head dims below 64, not measured, follow it). Elsewhere
+# two loops: at d=128 one loop measured level with even keys (window (256, 0) at 16k,
+# forward+backward 0.995x) and slower without (causal varlen 1.012x in both rounds; there one
+# loop keeps the loads' bounds test on every tile, two loops on the last only, the likely
+# cost). ``1``: one loop wherever a right edge cuts tiles; ``0``: never (read once, at import;
+# :func:`diagonal_args`).
 ONE_LOOP = env_forced("FLASHTILE_ONE_LOOP")
 ONE_LOOP_UPTO = 64
 
