@@ -274,8 +274,6 @@ def scale_in_exp(params) -> bool:
             and params.attn_bias is None and params.score_mod is None)
 
 
-
-
 def _fwd_configs():
     if interpreting():
         # The interpreter fails with more than one config ("0 active drivers"): pin one.
