@@ -206,37 +206,14 @@ def test_one_loop_forward(case, dtype, one_loop, monkeypatch, launched):
     assert all(kw["ONE_LOOP"] == one_loop and kw["EVEN_K"] == even_k for kw in loops)
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 64], ids=lambda c: f"chunk{c}")
-@pytest.mark.parametrize("one_loop", [False, True], ids=["two-loops", "one-loop"])
-def test_causal_chunk_order(chunk, one_loop, monkeypatch, launched):
-    """The grids of the tile-level forward and dQ kernels in chunks of (batch, head) pairs,
-    heaviest query blocks of a chunk first (``FLASHTILE_CAUSAL_CHUNK``,
-    kernels.common.query_tile): every query block computed once (outputs are NaN-poisoned),
-    including a last chunk with fewer pairs (b * h = 2 * 4 = 8 pairs: chunks of 3 leave 2)
-    and a chunk larger than the grid."""
-    from flashtile.kernels import common
-    monkeypatch.setattr(common, "CAUSAL_CHUNK", chunk)
-    monkeypatch.setattr(common, "ONE_LOOP", one_loop)
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")    # (the dQ kernel takes query tiles)
-    check(2, 70, 70, 4, 2, 16, 16, DTYPES[0], causal=True)
-    assert [kw["CHUNK"] for kw in launched if "CHUNK" in kw] == [chunk, chunk]   # (fwd, dQ)
-
-
 def test_diagonal_settings(monkeypatch):
-    """FLASHTILE_CAUSAL_CHUNK and FLASHTILE_ONE_LOOP are read at import: a bad value is a clear
-    error. By default (``auto``) one loop runs where it measured ahead, up to d=64 with dense
-    keys that end on a 128-key tile; chunks are off. Both act only on calls with a right edge
-    (no diagonal tile otherwise), the chunks only on dense ones, and EVEN_K is set only with
-    one loop (two loops compile no second variant)."""
+    """FLASHTILE_ONE_LOOP is read at import: a bad value is a clear error. By default
+    (``auto``) one loop runs where it measured ahead, up to d=64 with dense keys that end on a
+    128-key tile; only calls with a right edge take it (no diagonal tile otherwise), and
+    EVEN_K is set only with one loop (two loops compile no second variant)."""
     from flashtile.kernels import common
-    if os.environ.get("FLASHTILE_ONE_LOOP", "auto") in ("", "auto"):     # (the defaults)
+    if os.environ.get("FLASHTILE_ONE_LOOP", "auto") in ("", "auto"):     # (the default)
         assert common.ONE_LOOP is None and common.ONE_LOOP_UPTO == 64
-    if not os.environ.get("FLASHTILE_CAUSAL_CHUNK"):
-        assert common.CAUSAL_CHUNK == 0
-    monkeypatch.setenv("FLASHTILE_CAUSAL_CHUNK", "many")
-    with pytest.raises(ValueError, match="FLASHTILE_CAUSAL_CHUNK must be a positive "
-                                         "integer.*head-by-head"):
-        common.env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order")
     monkeypatch.setenv("FLASHTILE_ONE_LOOP", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_ONE_LOOP must be 0, 1 or 'auto'"):
         common.env_forced("FLASHTILE_ONE_LOOP")
@@ -245,23 +222,20 @@ def test_diagonal_settings(monkeypatch):
     full, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
     cu = torch.tensor([0, 8], dtype=torch.int32)
     packed = causal.with_(cu_seqlens_q=cu, cu_seqlens_k=cu)
-    off = dict(ONE_LOOP=False, EVEN_K=False, CHUNK=0)
-    one = dict(ONE_LOOP=True, EVEN_K=True, CHUNK=0)
+    off = dict(ONE_LOOP=False, EVEN_K=False)
     monkeypatch.setattr(common, "ONE_LOOP", None)                       # auto
-    monkeypatch.setattr(common, "CAUSAL_CHUNK", 0)
-    assert common.diagonal_args(causal, 256, 64) == one
+    assert common.diagonal_args(causal, 256, 64) == dict(ONE_LOOP=True, EVEN_K=True)
     assert common.diagonal_args(causal, 256, 128) == off               # (above d=64)
     assert common.diagonal_args(causal, 200, 64) == off                # (uneven keys)
     assert common.diagonal_args(packed, 256, 64) == off                # (varlen)
     assert common.diagonal_args(full, 256, 64) == off                  # (no diagonal)
     monkeypatch.setattr(common, "ONE_LOOP", False)
     assert common.diagonal_args(causal, 256, 64) == off
-    monkeypatch.setattr(common, "CAUSAL_CHUNK", 64)
     monkeypatch.setattr(common, "ONE_LOOP", True)
-    assert common.diagonal_args(causal, 256, 128) == dict(ONE_LOOP=True, EVEN_K=True, CHUNK=64)
-    assert common.diagonal_args(causal, 200, 128) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=64)
+    assert common.diagonal_args(causal, 256, 128) == dict(ONE_LOOP=True, EVEN_K=True)
+    assert common.diagonal_args(causal, 200, 128) == dict(ONE_LOOP=True, EVEN_K=False)
     assert common.diagonal_args(full, 256, 128) == off
-    assert common.diagonal_args(packed, 256, 128) == dict(ONE_LOOP=True, EVEN_K=False, CHUNK=0)
+    assert common.diagonal_args(packed, 256, 128) == dict(ONE_LOOP=True, EVEN_K=False)
 
 
 def test_backward_is_deterministic():

@@ -387,10 +387,10 @@ def _bwd_dq_kernel(Q, K, V, DO, LSE, Dsum, DQ, SLOPES, BIAS,
                    HAS_SCORE_MOD: tl.constexpr, MASK_MOD: tl.constexpr,
                    HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                    MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, EVEN_D: tl.constexpr,
-                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr, CHUNK: tl.constexpr,
-                   ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr):
+                   EVEN_DV: tl.constexpr, PRECISION: tl.constexpr, ONE_LOOP: tl.constexpr,
+                   EVEN_K: tl.constexpr):
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
-                                                IS_VARLEN, CHUNK)
+                                                IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -481,7 +481,7 @@ def _configs(gpu_shapes):
 
 _KEY = ["ATOMIC_DQ", "HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT",
         "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL", "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ",
-        "MASK_BKV", "PRECISION", "CHUNK", "ONE_LOOP", "EVEN_K", "seq_bucket"]
+        "MASK_BKV", "PRECISION", "ONE_LOOP", "EVEN_K", "seq_bucket"]
 def _shapes(env: str, default):
     """``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` candidates; ``env`` may replace them
     (``"64,128,8,2;32,128,4,3"``, for tuning sweeps). The first is the untuned default."""

@@ -348,25 +348,17 @@ class TunedLaunch:
         return launch
 
 
-def env_block(name: str, unset: str = "to autotune") -> int | None:
+def env_block(name: str) -> int | None:
     """A positive integer from the environment, None when unset (the tile-level forward's
     pinned config: ``FLASHTILE_FWD_BLOCK_M`` / ``_N`` / ``_WARPS`` / ``_STAGES``; the ledger's
-    model reads the block sizes through this too). ``unset``: what unsetting it gives, for the
-    error message."""
+    model reads the block sizes through this too)."""
     value = os.environ.get(name, "").strip()
     if not value:
         return None
     if not value.isdigit() or int(value) == 0:
         raise ValueError(f"{name} must be a positive integer (e.g. 64), got {value!r}; unset it "
-                         f"{unset}")
+                         f"to autotune")
     return int(value)
-
-
-# The causal tile-level kernels that take one query tile a program (forward, dQ): their grid in
-# chunks of this many (batch, head) pairs, the chunk's heaviest query blocks first
-# (:func:`query_tile`); 0: head by head. Opt-in: ``FLASHTILE_CAUSAL_CHUNK=64`` measured level
-# (session 31, H200, d=64 causal 512 / 1k: -1% to +1% kernel time). Read once, at import.
-CAUSAL_CHUNK = env_block("FLASHTILE_CAUSAL_CHUNK", "for the head-by-head order") or 0
 
 
 # The tile-level forward and dQ kernels with the full and the diagonal key tiles in one loop
@@ -387,19 +379,16 @@ ONE_LOOP_UPTO = 64
 def diagonal_args(params, seqlen_k: int, head_d: int) -> dict:
     """The constexprs of the tile-level kernels that take one query tile a program (forward,
     dQ) for the key tiles a right edge cuts (causal or a right window; without one no tile is
-    diagonal and all three are off): ``ONE_LOOP`` (:data:`ONE_LOOP`), ``EVEN_K`` (with it: dense
+    diagonal and both are off): ``ONE_LOOP`` (:data:`ONE_LOOP`) and ``EVEN_K`` (with it: dense
     keys that end on a tile, every config's BLOCK_N dividing 128, so that the loads need no
-    bounds test; False otherwise, so that two loops compile no second variant) and ``CHUNK``
-    (:data:`CAUSAL_CHUNK`, dense calls)."""
+    bounds test; False otherwise, so that two loops compile no second variant)."""
     right = params.window_right >= 0
-    dense = params.cu_seqlens_q is None
-    even = dense and seqlen_k % 128 == 0
+    even = params.cu_seqlens_q is None and seqlen_k % 128 == 0
     if ONE_LOOP is None:
         loop = right and even and head_d <= ONE_LOOP_UPTO
     else:
         loop = right and ONE_LOOP
-    return dict(ONE_LOOP=loop, EVEN_K=loop and even,
-                CHUNK=CAUSAL_CHUNK if right and dense else 0)
+    return dict(ONE_LOOP=loop, EVEN_K=loop and even)
 
 
 def window_args(params) -> dict:
@@ -446,28 +435,15 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 
 @triton.jit
 def query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M: tl.constexpr,
-               IS_VARLEN: tl.constexpr, CHUNK: tl.constexpr = 0):
+               IS_VARLEN: tl.constexpr):
     """The program's query tile in a flat grid: ``(start_m, off_b, off_h, off_hkv)``. The query
     block varies fastest so that programs of one head run together (K/V stay in L2), and the
     last block (the heaviest under causal) runs first; varlen sequences come heaviest first
-    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors).
-
-    ``CHUNK`` > 0 (causal): the (batch, head) pairs in chunks of ``CHUNK``, and in each chunk
-    every head's heaviest block first, then every head's next one, and so on: the grid ends on
-    the lightest programs instead of a mix (a tail of one long program), while a chunk's K/V
-    still fit in L2 together. The last chunk may hold fewer pairs; the map stays one-to-one."""
+    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors)."""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    if CHUNK > 0:
-        first = (pid // (CHUNK * n_mblocks)) * CHUNK       # the chunk's first (batch, head)
-        pairs = tl.minimum(CHUNK, tl.num_programs(0) // n_mblocks - first)
-        r = pid - first * n_mblocks
-        bh = first + r % pairs
-        rank = r // pairs                                  # 0: the heaviest block
-    else:
-        bh = pid // n_mblocks
-        rank = pid % n_mblocks
-    start_m = (n_mblocks - 1 - rank) * BLOCK_M
+    bh = pid // n_mblocks
+    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     off_b = varlen_sequence((bh // nheads).to(tl.int64), SEQ_ORDER, IS_VARLEN)

@@ -144,10 +144,10 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
                 PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr,
-                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr, CHUNK: tl.constexpr):
+                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
-                                                IS_VARLEN, CHUNK)
+                                                IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -293,7 +293,7 @@ def _fwd_configs():
 _fwd = triton.autotune(
     configs=_fwd_configs(),
     key=["HEAD_D", "HEAD_DV", "HAS_LEFT", "HAS_RIGHT", "HAS_SOFTCAP", "HAS_ALIBI", "PRECISION",
-         "ONE_LOOP", "EVEN_K", "CHUNK", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL",
+         "ONE_LOOP", "EVEN_K", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS", "BIAS_BOOL",
          "HAS_SCORE_MOD", "HAS_MASK_MOD", "SPARSE", "MASK_BQ", "MASK_BKV", "seq_bucket"],
     cache_results=True, do_bench=graph_bench,
     prune_configs_by={"early_config_prune": prune_configs},
