@@ -236,34 +236,28 @@ def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 def test_dq_late_switch(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_DQ_LATE``: ``1``/``0`` force the late or early dQ reductions;
-    unset or ``auto``: :func:`bwd_hopper.one_pass`'s choice; anything else refused."""
+    """``FLASHTILE_GLUON_BWD_DQ_LATE``: ``1`` forces the late dQ reductions; unset, ``auto``
+    or ``0`` the early ones (no rule picks the late pass since session 32); anything else
+    refused."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "2")
     with pytest.raises(ValueError, match="0, 1 or 'auto'"):
-        bwd_hopper.dq_late(64, True, 8)
-    for value in (None, "auto"):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE")
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", value)
-        assert bwd_hopper.dq_late(64, True, 8)
-        assert not bwd_hopper.dq_late(64, True, 32)
-        assert not bwd_hopper.dq_late(128, False, 8)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "0")
-    assert not bwd_hopper.dq_late(64, True, 8)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", "1")
-    assert bwd_hopper.dq_late(128, False, 32)
+        bwd_hopper.dq_late()
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE")
+    assert not bwd_hopper.dq_late()
+    for value, late in (("auto", False), ("0", False), ("1", True)):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_DQ_LATE", value)
+        assert bwd_hopper.dq_late() is late
 
 
 @pytest.mark.parametrize("d,causal,n_ntiles,expected", [
     (64, False, 4, "early"), (128, False, 8, "early"), (128, False, 128, "early"),
-    (64, True, 8, "late"), (64, True, 5, "late"), (64, True, 4, "two-pass"),
+    (64, True, 8, "two-pass"), (64, True, 5, "two-pass"), (64, True, 4, "two-pass"),
     (64, True, 9, "early"), (128, True, 8, "early"), (128, True, 4, "early"),
     (128, True, 32, "early"), (96, False, 8, "two-pass"), (96, True, 32, "two-pass")])
 def test_one_pass_rule(d, causal, n_ntiles, expected):
-    """Where one pass measured ahead (sessions 14 and 16): everywhere but d=64 causal with at
-    most 8 work items per head, which takes the late reductions (two passes with at most 4);
-    d=96 has no one pass (:func:`bwd_hopper.has_one_pass`)."""
+    """Where one pass measured ahead (sessions 14, 16 and 32): everywhere but d=64 causal with
+    at most 8 work items per head (up to 1k), which takes two passes; d=96 has no one pass
+    (:func:`bwd_hopper.has_one_pass`)."""
     assert bwd_hopper.one_pass(d, causal, n_ntiles) == expected
 
 

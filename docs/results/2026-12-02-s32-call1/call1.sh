@@ -1,5 +1,4 @@
-# Prepared in session 31 for the next session's first call (copy to
-# docs/results/<date>-sNN-call1/call1.sh, commit, then run `bash <that path>`; about 500 s).
+# Session 32, call 1 (prepared in session 31 as docs/experiments/s31-next-gpu-call.sh; about 500 s).
 # 1. The d=64 causal backward now that the tile-level dQ runs in one loop: two passes
 #    (FLASHTILE_BWD_DQ=two-pass: the Gluon dK/dV kernel, then the tile-level dQ) against the
 #    rule's one pass (the late pass at 1k, the early one from 2k), and two passes with the

@@ -657,11 +657,17 @@ def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
     to 648 us at 1k (-3%/-2%), the late one 469/660. At d=64 causal it lost: 495 against 480
     us at 512, and the early pass 747 against 742 at 1k (the late one, the rule there, 742).
     So d=128 causal takes the early pass at every length; session 14's loss there was read
-    from host-bound wall times."""
+    from host-bound wall times.
+
+    Session 32 (kernel sums, two alternating rounds, d=64 causal fwd+bwd, after session 31's
+    one-loop tile-level dQ): two passes against the late pass 0.972x at 1k (942/939 against
+    970/965 us), 1.014x at 2k and 1.041x at 4k against the early one. So d=64 causal with at
+    most 8 items per head (up to 1k) now takes two passes; the late pass is only forced
+    (:func:`dq_late`)."""
     if not has_one_pass(d):
         return "two-pass"
     if causal and n_ntiles <= 8 and d <= 64:
-        return "late" if n_ntiles > 4 else "two-pass"
+        return "two-pass"
     return "early"
 
 
@@ -672,13 +678,13 @@ def has_one_pass(d: int) -> bool:
     return fwd_hopper.head_parts(d)[1] == 0
 
 
-def dq_late(d: int, causal: bool, n_ntiles: int) -> bool:
+def dq_late() -> bool:
     """One pass: whether a tile's dQ part leaves under the next tile's products (which spilled
     more in session 14, with two K/V buffers per consumer: d=64 8-32 B against 0 B, d=128
-    204-280 B against 88-116 B).
-    ``FLASHTILE_GLUON_BWD_DQ_LATE=1``/``=0`` forces it; unset or ``auto``: :func:`one_pass`."""
-    forced = env_forced("FLASHTILE_GLUON_BWD_DQ_LATE")
-    return one_pass(d, causal, n_ntiles) == "late" if forced is None else forced
+    204-280 B against 88-116 B). ``FLASHTILE_GLUON_BWD_DQ_LATE=1`` forces it; unset, ``auto``
+    or ``0``: the early reductions. It was d=64 causal 1k's rule until session 32, where two
+    passes measured ahead there (:func:`one_pass`)."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_DQ_LATE"))
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
@@ -733,7 +739,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     causal = fwd_hopper.causal(params)
     if dq_acc is not None and not has_one_pass(d):
         raise ValueError(f"the Gluon dK/dV kernel has no one pass at d={d} (has_one_pass)")
-    late = dq_acc is not None and dq_late(d, causal, n_ntiles)
+    late = dq_acc is not None and dq_late()
     # one pass: a TMA block of the accumulator is one consumer's dQ part (at d=64 half the
     # queries); two passes: a stand-in
     first, second = fwd_hopper.head_parts(d)   # (d=96: 64 + 32 columns, else d + 0)
