@@ -1,4 +1,4 @@
-# Session 32, call 2 (about 400 s): the new rule (d=64 causal with at most 8 items per head,
+# Session 32, call 4 (about 400 s): the new rule (d=64 causal with at most 8 items per head,
 # up to 1k keys, takes two passes: call 1 measured 0.972x against the late one pass).
 # 1. tests/test_bwd_hopper.py and test_dq_hopper.py on the GPU (the rule's default and forced
 #    paths, bf16/fp16 against float64).
