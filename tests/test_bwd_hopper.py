@@ -280,19 +280,20 @@ def test_dq_mode_switch(monkeypatch):
 @needs_hopper
 @pytest.mark.parametrize("shape,causal,deterministic,expected", [
     ((2, 1024, 8, 2, 128), False, False, "+dQ"),
-    ((2, 1024, 8, 8, 64), True, False, "+dQ late"),
+    ((2, 1024, 8, 8, 64), True, False, None),
+    ((1, 2048, 4, 4, 64), True, False, "+dQ"),
     ((2, 512, 8, 8, 64), True, False, None),
     ((2, 1024, 8, 2, 128), True, False, "+dQ"),
     ((1, 2048, 4, 4, 128), True, False, "+dQ"),
     ((2, 1024, 8, 2, 128), False, True, None),
     ((2, 1024, 8, 2, 96), True, False, None)],
-    ids=["d128-full", "d64-causal-1k", "d64-causal-512", "d128-causal-1k", "d128-causal-2k",
-         "deterministic", "d96-causal-1k"])
+    ids=["d128-full", "d64-causal-1k", "d64-causal-2k", "d64-causal-512", "d128-causal-1k",
+         "d128-causal-2k", "deterministic", "d96-causal-1k"])
 def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic, expected):
     """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
     says so (no dQ kernel runs then; at d=128 the queries-as-rows kernel of
-    :mod:`.bwdrows_hopper`), with the late reductions at d=64 causal 1k;
-    ``deterministic=True``, d=64 causal 512 and d=96 (split tiles) run two passes. Gradients
+    :mod:`.bwdrows_hopper`), the early reductions everywhere (the late ones only forced);
+    ``deterministic=True``, d=64 causal up to 1k and d=96 (split tiles) run two passes. Gradients
     within budget; the second call of each signature replays its launch plan (the
     accumulator zeroed by the preprocess and the final copy included; at d=96 thirteen
     descriptors) and gives the same gradients bit for bit only in two passes (one pass sums
