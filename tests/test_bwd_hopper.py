@@ -58,6 +58,51 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
     assert role == "dkdv" and meta["CAUSAL"] and meta["GROUP"] == group
 
 
+@pytest.mark.parametrize("value,causal,hq,one_pass,skips", [
+    ("1", True, 2, False, True), ("1", False, 2, False, False), ("1", True, 4, False, False),
+    ("1", True, 2, True, False), ("0", True, 2, False, False), ("auto", True, 2, False, False),
+    (None, True, 2, False, False)])
+def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, skips):
+    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``: the second consumer skips each causal item's
+    tiles above its keys, only with one query head per KV head (GQA 2:1 here does not) and in
+    two passes; opt-in (unset, ``auto`` and ``0`` are off); what the launch gets. Runs on the
+    CPU: the launch is captured, not made."""
+    seen = gluon_launches(monkeypatch, run=False)
+    if value is None:
+        monkeypatch.delenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", raising=False)
+    else:
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", value)
+    q, dout = (torch.randn(1, 1024, hq, 64, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 1024, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, hq, 1024)
+    dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q)) if one_pass else None
+    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params,
+                    dq_acc=dq_acc)
+    ((role, _, meta),) = seen
+    assert role == "dkdv" and meta["SKIP_MASKED"] is skips and meta["ONE_PASS"] is one_pass
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "yes")
+    with pytest.raises(ValueError, match="0, 1 or 'auto'"):
+        bwd_hopper.skips_masked(True, 1, False)
+
+
+@gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
+                   (1, 512, 2, 2, 96), (2, 1024, 8, 2, 64)])
+def test_skip_masked_tiles(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` in two passes: the second consumer releases the
+    tiles wholly above its keys unread (d=64 and d=96: one an item, d=128: two); several
+    items per program (d=64's persistent grid) and one; GQA (where it stays off) and the
+    unmasked calls unchanged; all three gradients within budget."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
+    assert meta["SKIP_MASKED"] is (causal and hq == hkv)
+
+
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-per-item", "one-per-sm"])
 def test_kv_buffers_follow_the_grid(monkeypatch, persistent):
     """Each consumer keeps two K/V buffers only when a program has a next item to load ahead

@@ -20,7 +20,8 @@ Notation:
   ``CONSUMER_REGS`` (:data:`_CONFIGS`); ``HEAD_D``, ``HEAD_D2`` (:func:`.fwd_hopper.head_parts`);
   ``CAUSAL``; ``GROUP`` (:data:`SINGLE_UPTO`); ``KV_BUFS``: K/V buffers per consumer (2 in a
   persistent grid); ``ONE_PASS``: dQ added here; ``DQ_LATE``: a tile's dQ part leaves under the
-  next tile's products;
+  next tile's products; ``SKIP_MASKED`` (:func:`skips_masked`): causal, the second consumer
+  skips the item's tiles wholly above its keys;
 - the *loader* (one warp, 24 registers, :func:`_load_q_do`) streams (Q, dO) by TMA into the ring
   (``ready``; ``empty``: count 2); two *consumers* (a warpgroup each, up to 240 registers,
   ``HALF`` 0/1, :func:`_dkdv_consume`) keep their K and V in shared memory (``kv_bar``); one
@@ -64,6 +65,9 @@ Measured (H200, forward+backward; "time": kernel time):
   1k (session 14); d=128 causal, the early pass: time -2% to -3% at 512/1k (session 16);
 - d=96 at 64 queries per tile: time 0.89-0.93x of 32; with :mod:`.dq_hopper` 0.77-0.88x,
   0.91-1.02x cuDNN (session 21);
+- ``SKIP_MASKED`` (session 32, offline, sm_90a): none serialised, no spills at d=64/128 (d=96's
+  item-level spills 76 -> 92 B); off, the kernel's SASS is identical to before. Not yet on a
+  GPU, hence opt-in;
 - offline: none serialised; spills 0-8 B at d=128 (88-116 B with two K/V buffers), elsewhere
   item-level scalars only (up to 76 B, d=96 causal);
 - Nsight Compute, d=128 4k: tensor pipe 49%, L1/shared 71% (cuDNN 64%, 69%); suspects: the
@@ -205,6 +209,26 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
 def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
     """Sequence positions of tile t's queries (tile t: query tile ``i0 + t % n_i``)."""
     return (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+
+
+@constexpr_function
+def _masked_tiles(skip_masked, one_pass, half, keys, queries):
+    """The query tiles at the start of a causal item that lie wholly above consumer
+    ``half``'s keys and that it skips (:func:`skips_masked`): the second consumer's keys start
+    ``keys`` rows after the item's first query, so ``keys // queries`` tiles (d=64: 1 of
+    each item's (Q, dO) tiles, d=96: 1, d=128: 2); none for the first consumer, or in a one
+    pass (it would still owe those tiles' dQ parts)."""
+    return half * keys // queries if skip_masked and not one_pass else 0
+
+
+@gluon.jit
+def _pass_slots(ready, empty, start, stop, NUM_STAGES: gl.constexpr):
+    """Release the ring's loads ``[start, stop)`` unread (tiles this consumer skips). Each
+    wait for its load comes first: an arrival before the loader has refilled the slot would
+    count towards the slot's previous load and free it before the other consumer read it."""
+    for r in range(start, stop):
+        mbarrier.wait(ready.index(r % NUM_STAGES), (r // NUM_STAGES) & 1)
+        mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
 
 
 @gluon.jit
@@ -349,7 +373,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                   KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
-                  v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr):
+                  v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
+                  SKIP_MASKED: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -367,12 +392,19 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     ``q_smem2``, ``do_smem2``) and descriptors (``*_desc2``); S^T and dP^T each sum both
     parts' products (two wgmma chained through the accumulator), and dK and dV are two
     accumulators each, ``dk``/``dv`` (HEAD_D columns) and ``dk2``/``dv2`` (HEAD_D2), fed the
-    same P^T and dS^T operands. Two passes only (no ``ONE_PASS``)."""
+    same P^T and dS^T operands. Two passes only (no ``ONE_PASS``).
+
+    ``SKIP_MASKED`` (causal, one query head per KV head, two passes: :func:`skips_masked`):
+    the second consumer skips the item's first ``SKIP`` tiles, wholly above its keys
+    (:func:`_masked_tiles`), releasing their slots unread; its tile loop starts at ``SKIP``.
+    (Counted from 0 with the ring tile computed from the count, the same loop made ptxas
+    serialise every wgmma, C7512.)"""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
+    SKIP: gl.constexpr = _masked_tiles(SKIP_MASKED, ONE_PASS, HALF, BLOCK_N, BLOCK_M)
     first, step = gl.program_id(0), gl.num_programs(0)
     if HEAD_D2 > 0:     # (the second part's accumulators and register A operands)
         gl.static_assert(not ONE_PASS, "a split head dim's dK/dV kernel has no one pass")
@@ -410,10 +442,12 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
 
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
+        if SKIP > 0:    # (tiles 0 .. SKIP-1: wholly masked for this consumer's keys)
+            _pass_slots(ready, empty, it, it + SKIP, NUM_STAGES)
         # (the next tile's S^T and dP^T in flight across dV and dK)
-        mbarrier.wait(ready.index(it % NUM_STAGES), (it // NUM_STAGES) & 1)
-        st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, it % NUM_STAGES, s_zero,
-                                k_cur2, v_cur2, q_smem2, do_smem2)
+        mbarrier.wait(ready.index((it + SKIP) % NUM_STAGES), ((it + SKIP) // NUM_STAGES) & 1)
+        st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, (it + SKIP) % NUM_STAGES,
+                                s_zero, k_cur2, v_cur2, q_smem2, do_smem2)
         if w + step < n_work:
             # The next item's K and V load during this one, into the other buffer once the
             # previous item's dK and dV have left it. (Issued while tile 0's products run;
@@ -436,16 +470,16 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         else:           # (no second part)
             dk2 = None
             dv2 = None
-        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, 0, i0,
-                                 n_i, BLOCK_M, col_layout)
-        for t in range(n_t - 1):        # the last tile has no next S^T: peeled below
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, SKIP,
+                                 i0, n_i, BLOCK_M, col_layout)
+        for t in range(SKIP, n_t - 1):  # the last tile has no next S^T: peeled below
             r = it + t
             if HEAD_D2 > 0:
                 st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(
                     0, deps=(st, dpt, dk, dv, dk2, dv2))
             else:
                 st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-            if t > 0:   # tile t-1's Q and dO are read: hand its slot back to the loader
+            if t > SKIP:    # tile t-1's Q and dO are read: hand its slot back to the loader
                 mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
             pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
                                                 qk_scale, BLOCK_M, CAUSAL, dtype, a_layout)
@@ -485,7 +519,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv, dk2, dv2))
         else:
             st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-        if t > 0:
+        if t > SKIP:
             mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
         pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale,
                                             BLOCK_M, CAUSAL, dtype, a_layout)
@@ -544,7 +578,8 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
-                        KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0):
+                        KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0,
+                        SKIP_MASKED: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
@@ -599,14 +634,14 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
@@ -695,6 +730,18 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     return b, sq, hq * d // 64, 64
 
 
+def skips_masked(causal: bool, group: int, one_pass: bool) -> bool:
+    """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
+    above its keys (:func:`_masked_tiles`: d=64 one tile of an item's n_i, ~5% of the
+    dK/dV kernel's products at 1k, ~10% at 512): causal, one query head per KV head (with
+    GQA those tiles recur within the item, once per query head), two passes. Opt-in until
+    measured: ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``; unset, ``auto`` or ``0``: off. The
+    forward's counterpart (each consumer reads its own tiles) took its kernels -2% to -5%
+    at d=128 (session 24)."""
+    return (causal and group == 1 and not one_pass
+            and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED")))
+
+
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
     """Work items per KV head (``2 * BLOCK_N`` keys each) for q and k ``(b, s, h, d)``."""
     return k.shape[1] // (2 * config(q.shape[3])[0])
@@ -765,6 +812,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
-             DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1),
+             DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
+             SKIP_MASKED=skips_masked(causal, hq // hkv, dq_acc is not None)),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))
