@@ -60,13 +60,13 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
 
 @pytest.mark.parametrize("value,causal,hq,one_pass,skips", [
     ("1", True, 2, False, True), ("1", False, 2, False, False), ("1", True, 4, False, False),
-    ("1", True, 2, True, False), ("0", True, 2, False, False), ("auto", True, 2, False, False),
+    ("1", True, 2, True, True), ("0", True, 2, False, False), ("auto", True, 2, False, False),
     (None, True, 2, False, False)])
 def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, skips):
     """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``: the second consumer skips each causal item's
-    tiles above its keys, only with one query head per KV head (GQA 2:1 here does not) and in
-    two passes; opt-in (unset, ``auto`` and ``0`` are off); what the launch gets. Runs on the
-    CPU: the launch is captured, not made."""
+    tiles above its keys, only with one query head per KV head (GQA 2:1 here does not), in
+    two passes and in one; opt-in (unset, ``auto`` and ``0`` are off); what the launch gets.
+    Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     if value is None:
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", raising=False)
@@ -83,7 +83,7 @@ def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, skips):
     assert role == "dkdv" and meta["SKIP_MASKED"] is skips and meta["ONE_PASS"] is one_pass
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "yes")
     with pytest.raises(ValueError, match="0, 1 or 'auto'"):
-        bwd_hopper.skips_masked(True, 1, False)
+        bwd_hopper.skips_masked(True, 1)
 
 
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
@@ -101,6 +101,25 @@ def test_skip_masked_tiles(gluon_calls, monkeypatch, shape, causal, dtype):
     assert len(gluon_calls) == 1
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
     assert meta["SKIP_MASKED"] is (causal and hq == hkv)
+
+
+@gluon_cases_over([(3, 512, 4, 4, 64), (2, 2048, 4, 4, 64), (2, 1024, 4, 4, 128),
+                   (2, 1024, 8, 2, 64)])
+def test_skip_masked_tiles_one_pass(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` in one pass (``FLASHTILE_BWD_DQ=atomic``; at
+    d=128 this kernel's, not the rows kernel's): the second consumer skips the products of
+    the tiles above its keys but still adds its part of their dQ; all three gradients within
+    budget; GQA (where it stays off) and the unmasked calls unchanged."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
+    assert meta["ONE_PASS"] and meta["SKIP_MASKED"] is (causal and hq == hkv)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-per-item", "one-per-sm"])

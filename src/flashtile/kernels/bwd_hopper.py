@@ -65,9 +65,10 @@ Measured (H200, forward+backward; "time": kernel time):
   1k (session 14); d=128 causal, the early pass: time -2% to -3% at 512/1k (session 16);
 - d=96 at 64 queries per tile: time 0.89-0.93x of 32; with :mod:`.dq_hopper` 0.77-0.88x,
   0.91-1.02x cuDNN (session 21);
-- ``SKIP_MASKED`` (session 32, offline, sm_90a): none serialised, no spills at d=64/128 (d=96's
-  item-level spills 76 -> 92 B); off, the kernel's SASS is identical to before. Not yet on a
-  GPU, hence opt-in;
+- ``SKIP_MASKED`` (session 32, offline, sm_90a): none serialised; no spills at d=64 (two passes
+  and one) and d=128 two passes; d=96's item-level spills 76 -> 92 B, d=128's transposed one
+  pass (not its default) 16 B; off, every variant's SASS is identical to before. Not yet on
+  a GPU, hence opt-in;
 - offline: none serialised; spills 0-8 B at d=128 (88-116 B with two K/V buffers), elsewhere
   item-level scalars only (up to 76 B, d=96 causal);
 - Nsight Compute, d=128 4k: tensor pipe 49%, L1/shared 71% (cuDNN 64%, 69%); suspects: the
@@ -212,13 +213,12 @@ def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
 
 
 @constexpr_function
-def _masked_tiles(skip_masked, one_pass, half, keys, queries):
+def _masked_tiles(skip_masked, half, keys, queries):
     """The query tiles at the start of a causal item that lie wholly above consumer
     ``half``'s keys and that it skips (:func:`skips_masked`): the second consumer's keys start
     ``keys`` rows after the item's first query, so ``keys // queries`` tiles (d=64: 1 of
-    each item's (Q, dO) tiles, d=96: 1, d=128: 2); none for the first consumer, or in a one
-    pass (it would still owe those tiles' dQ parts)."""
-    return half * keys // queries if skip_masked and not one_pass else 0
+    each item's (Q, dO) tiles, d=96: 1, d=128: 2); none for the first consumer."""
+    return half * keys // queries if skip_masked else 0
 
 
 @gluon.jit
@@ -229,6 +229,21 @@ def _pass_slots(ready, empty, start, stop, NUM_STAGES: gl.constexpr):
     for r in range(start, stop):
         mbarrier.wait(ready.index(r % NUM_STAGES), (r // NUM_STAGES) & 1)
         mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
+
+
+@gluon.jit
+def _skipped_dq(k_smem, ds_smem, dq_smem, dq_desc, ds_ready, ds_free, ds_zero, dq_zero, r, c,
+                t, i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr,
+                BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, KV_BUFS: gl.constexpr):
+    """One pass, a tile this consumer skips (ring load r, the item's tile t): its dS^T is zero,
+    but its part of the tile's dQ (from the other consumer's dS^T) is still owed, and the
+    dS^T hand-over keeps its turn: zeros published, the dQ products, their reduction."""
+    _ds_publish(ds_zero, ds_smem, ds_ready, ds_free, r, HALF)
+    dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D, KV_BUFS)
+    dqt = warpgroup_mma_wait(0, deps=(dqt,))
+    _ds_release(ds_free)
+    _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale, HALF,
+               BLOCK_M, HEAD_D)
 
 
 @gluon.jit
@@ -394,9 +409,10 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     accumulators each, ``dk``/``dv`` (HEAD_D columns) and ``dk2``/``dv2`` (HEAD_D2), fed the
     same P^T and dS^T operands. Two passes only (no ``ONE_PASS``).
 
-    ``SKIP_MASKED`` (causal, one query head per KV head, two passes: :func:`skips_masked`):
-    the second consumer skips the item's first ``SKIP`` tiles, wholly above its keys
-    (:func:`_masked_tiles`), releasing their slots unread; its tile loop starts at ``SKIP``.
+    ``SKIP_MASKED`` (causal, one query head per KV head: :func:`skips_masked`): the second
+    consumer skips the item's first ``SKIP`` tiles, wholly above its keys
+    (:func:`_masked_tiles`), releasing their slots unread (one pass: it still computes its
+    part of their dQ, :func:`_skipped_dq`); its tile loop starts at ``SKIP``.
     (Counted from 0 with the ring tile computed from the count, the same loop made ptxas
     serialise every wgmma, C7512.)"""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
@@ -404,7 +420,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
-    SKIP: gl.constexpr = _masked_tiles(SKIP_MASKED, ONE_PASS, HALF, BLOCK_N, BLOCK_M)
+    SKIP: gl.constexpr = _masked_tiles(SKIP_MASKED, HALF, BLOCK_N, BLOCK_M)
     first, step = gl.program_id(0), gl.num_programs(0)
     if HEAD_D2 > 0:     # (the second part's accumulators and register A operands)
         gl.static_assert(not ONE_PASS, "a split head dim's dK/dV kernel has no one pass")
@@ -444,6 +460,12 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         if SKIP > 0:    # (tiles 0 .. SKIP-1: wholly masked for this consumer's keys)
             _pass_slots(ready, empty, it, it + SKIP, NUM_STAGES)
+            if ONE_PASS:
+                ds_zero = gl.zeros([BLOCK_N, BLOCK_M], dtype, s_layout)
+                for t in range(SKIP):
+                    _skipped_dq(k_smem, ds_smem, dq_smem, dq_desc, ds_ready, ds_free, ds_zero,
+                                dq_zero, it + t, c, t, i0, n_i, q_row0, q_col0, sm_scale, HALF,
+                                BLOCK_M, HEAD_D, KV_BUFS)
         # (the next tile's S^T and dP^T in flight across dV and dK)
         mbarrier.wait(ready.index((it + SKIP) % NUM_STAGES), ((it + SKIP) // NUM_STAGES) & 1)
         st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, (it + SKIP) % NUM_STAGES,
@@ -730,16 +752,16 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     return b, sq, hq * d // 64, 64
 
 
-def skips_masked(causal: bool, group: int, one_pass: bool) -> bool:
+def skips_masked(causal: bool, group: int) -> bool:
     """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
-    above its keys (:func:`_masked_tiles`: d=64 one tile of an item's n_i, ~5% of the
-    dK/dV kernel's products at 1k, ~10% at 512): causal, one query head per KV head (with
-    GQA those tiles recur within the item, once per query head), two passes. Opt-in until
+    above its keys (:func:`_masked_tiles`: at d=64 one of an item's tiles, so ~5% of the
+    dK/dV kernel's products at 1k and ~10% at 512 in two passes; a one pass still computes
+    those tiles' dQ parts, 4 of 5 products saved): causal with one query head per KV head
+    (with GQA those tiles recur within the item, once per query head). Opt-in until
     measured: ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``; unset, ``auto`` or ``0``: off. The
     forward's counterpart (each consumer reads its own tiles) took its kernels -2% to -5%
     at d=128 (session 24)."""
-    return (causal and group == 1 and not one_pass
-            and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED")))
+    return causal and group == 1 and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED"))
 
 
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
@@ -813,6 +835,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, hq // hkv, dq_acc is not None)),
+             SKIP_MASKED=skips_masked(causal, hq // hkv)),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))
