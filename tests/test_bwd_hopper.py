@@ -86,40 +86,37 @@ def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, skips):
         bwd_hopper.skips_masked(True, 1)
 
 
-@gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
-                   (1, 512, 2, 2, 96), (2, 1024, 8, 2, 64)])
-def test_skip_masked_tiles(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` in two passes: the second consumer releases the
-    tiles wholly above its keys unread (d=64 and d=96: one an item, d=128: two); several
-    items per program (d=64's persistent grid) and one; GQA (where it stays off) and the
-    unmasked calls unchanged; all three gradients within budget."""
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "two-pass")
+def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) -> None:
+    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` over one call: all three gradients within budget
+    (``test_kernels.check``), one launch of this kernel, with the skip exactly where
+    :func:`bwd_hopper.skips_masked` allows it (causal, one query head per KV head)."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic" if one_pass else "two-pass")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
     launches = gluon_launches(monkeypatch)
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
-    assert meta["SKIP_MASKED"] is (causal and hq == hkv)
+    assert meta["ONE_PASS"] is one_pass and meta["SKIP_MASKED"] is (causal and hq == hkv)
+
+
+@gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
+                   (1, 512, 2, 2, 96), (2, 1024, 8, 2, 64)])
+def test_skip_masked_tiles(gluon_calls, monkeypatch, shape, causal, dtype):
+    """The skip in two passes: the second consumer releases the tiles wholly above its keys
+    unread (d=64 and d=96: one an item, d=128: two); several items per program (d=64's
+    persistent grid) and one; GQA (where it stays off) and the unmasked calls unchanged."""
+    check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=False)
 
 
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 2048, 4, 4, 64), (2, 1024, 4, 4, 128),
                    (2, 1024, 8, 2, 64)])
 def test_skip_masked_tiles_one_pass(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` in one pass (``FLASHTILE_BWD_DQ=atomic``; at
-    d=128 this kernel's, not the rows kernel's): the second consumer skips the products of
-    the tiles above its keys but still adds its part of their dQ; all three gradients within
-    budget; GQA (where it stays off) and the unmasked calls unchanged."""
+    """The skip in one pass (at d=128 this kernel's, not the rows kernel's): the second
+    consumer skips the products of the tiles above its keys but still adds its part of their
+    dQ."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
-    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")   # (two passes would launch its dQ kernel)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
-    launches = gluon_launches(monkeypatch)
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
-    (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
-    assert meta["ONE_PASS"] and meta["SKIP_MASKED"] is (causal and hq == hkv)
+    check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-per-item", "one-per-sm"])
