@@ -16,7 +16,7 @@ from utils import (FLOOR, assert_d96_needs_dv96, assert_replays_match, assert_sp
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd_hopper, dq_hopper, fwd_hopper
+from flashtile.kernels import bwd_hopper, bwdrows_hopper, dq_hopper, fwd_hopper, plans
 
 
 @pytest.fixture
@@ -58,29 +58,37 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
     assert role == "dkdv" and meta["CAUSAL"] and meta["GROUP"] == group
 
 
-@pytest.mark.parametrize("value,causal,hq,one_pass,skips", [
-    ("1", True, 2, False, True), ("1", False, 2, False, False), ("1", True, 4, False, False),
-    ("1", True, 2, True, True), ("0", True, 2, False, False), ("auto", True, 2, False, False),
-    (None, True, 2, False, False)])
-def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, skips):
+@pytest.mark.parametrize("value,causal,hq,one_pass,d,skips", [
+    ("1", True, 2, False, 64, True), ("1", False, 2, False, 64, False),
+    ("1", True, 4, False, 64, False), ("1", True, 2, True, 64, True),
+    ("1", True, 2, True, 128, True), ("1", True, 4, True, 128, False),
+    ("0", True, 2, False, 64, False), ("auto", True, 2, False, 64, False),
+    (None, True, 2, False, 64, False), (None, True, 2, True, 128, False)])
+def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, skips):
     """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``: the second consumer skips each causal item's
     tiles above its keys, only with one query head per KV head (GQA 2:1 here does not), in
-    two passes and in one; opt-in (unset, ``auto`` and ``0`` are off); what the launch gets.
-    Runs on the CPU: the launch is captured, not made."""
-    seen = gluon_launches(monkeypatch, run=False)
+    two passes and in one (at d=128 the rows kernel's, :mod:`.bwdrows_hopper`); opt-in
+    (unset, ``auto`` and ``0`` are off); what the launch gets. Runs on the CPU: the launch is
+    captured, not made."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    seen = gluon_launches(monkeypatch, run=False, full=True)
     if value is None:
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", raising=False)
     else:
         monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", value)
-    q, dout = (torch.randn(1, 1024, hq, 64, dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(1, 1024, 2, 64, dtype=torch.bfloat16) for _ in range(2))
+    q, dout = (torch.randn(1, 1024, hq, d, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, 1024, 2, d, dtype=torch.bfloat16) for _ in range(2))
     params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
     lse = dsum = torch.zeros(1, hq, 1024)
     dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q)) if one_pass else None
     bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params,
                     dq_acc=dq_acc)
-    ((role, _, meta),) = seen
-    assert role == "dkdv" and meta["SKIP_MASKED"] is skips and meta["ONE_PASS"] is one_pass
+    ((_, kernel, _, _, _, meta, _, role, _),) = seen
+    assert role == "dkdv" and meta["SKIP_MASKED"] is skips
+    if d == 128 and one_pass:   # (the rows kernel: a one pass by construction)
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel
+    else:
+        assert kernel is bwd_hopper._dkdv_hopper_kernel and meta["ONE_PASS"] is one_pass
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "yes")
     with pytest.raises(ValueError, match="0, 1 or 'auto'"):
         bwd_hopper.skips_masked(True, 1)
@@ -97,7 +105,9 @@ def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) 
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
-    assert meta["ONE_PASS"] is one_pass and meta["SKIP_MASKED"] is (causal and hq == hkv)
+    # (the rows kernel, d=128's default one pass, has no ONE_PASS switch: it is one)
+    assert meta.get("ONE_PASS", True) is one_pass
+    assert meta["SKIP_MASKED"] is (causal and hq == hkv)
 
 
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
@@ -117,6 +127,17 @@ def test_skip_masked_tiles_one_pass(gluon_calls, monkeypatch, shape, causal, dty
     dQ."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
     check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
+
+
+@gluon_cases_over([(2, 1024, 4, 4, 128), (4, 512, 4, 4, 128), (2, 1024, 8, 2, 128),
+                   (2, 1024, 4, 4, 64)])
+def test_skip_masked_tiles_rows(gluon_calls, monkeypatch, shape, causal, dtype):
+    """The skip in the rows kernel's one pass (:mod:`.bwdrows_hopper`: d=128's default, d=64
+    with ``FLASHTILE_GLUON_BWD_ROWS=1``): the second consumer's first tile only hands over a
+    zero dS half and adds its dQ columns from the other's."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
+    assert plans.gluon_configs["dkdv"].startswith("gluon rows"), plans.gluon_configs
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["one-per-item", "one-per-sm"])
@@ -359,7 +380,7 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     accumulator zeroed by the preprocess and the final copy included; at d=96 thirteen
     descriptors) and gives the same gradients bit for bit only in two passes (one pass sums
     in arrival order), within budget either way."""
-    from flashtile.kernels import bwd, plans
+    from flashtile.kernels import bwd
     monkeypatch.delenv("FLASHTILE_BWD_DQ", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_DQ_LATE", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)

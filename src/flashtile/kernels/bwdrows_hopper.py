@@ -72,7 +72,10 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 - d=64: correct, but 10-18% slower than the transposed kernel (session 24), so opt-in; a third
   ring slot or two programs per SM there are untried;
 - offline (``scripts/inspect_kernels.py --gluon --one-pass --d 128 [--causal]``): 0 B of spills,
-  128 HGMMA for 8 waits, no C75xx warning;
+  128 HGMMA for 8 waits, no C75xx warning; with ``SKIP_MASKED`` (session 32, causal: the second
+  consumer's first tile, above its keys, only hands over a zero dS half and adds its dQ
+  columns, :func:`_skipped_tile`) 0 B, 132 HGMMA for 9 waits; off, the SASS is identical to
+  before. Not yet on a GPU, hence opt-in (:func:`.bwd_hopper.skips_masked`);
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -196,17 +199,53 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
 
 
 @gluon.jit
+def _skipped_tile(r, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
+                  dq_zero, ds_zero, i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr,
+                  BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """Tile t of the item (the program's tile r) for a consumer whose keys it does not reach
+    (``SKIP_MASKED``, :func:`.bwd_hopper.skips_masked`): its slot goes back unread (after the
+    load lands: an earlier arrival would count towards the slot's previous load), a zero dS
+    half keeps the hand-over's turn, and its dQ columns, from the other consumer's dS half
+    alone, leave as in :func:`_tile`. No S, dP, dV or dK products."""
+    slot = r % NUM_STAGES
+    z = r >> 30                                     # (opaque zero: see :func:`_tile`)
+    mbarrier.wait(ready.index(slot), (r // NUM_STAGES) & 1)
+    mbarrier.arrive(empty.index(slot), count=1)
+    mbarrier.wait(ds_free, (r & 1) ^ 1)
+    ds_smem.index(HALF + z).store(ds_zero)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready, count=1)
+    mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
+    k_part = k_smem.index(1 - HALF + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
+    dq = warpgroup_mma(ds_smem.index(1 - HALF + z), k_part, dq_zero, use_acc=False,
+                       is_async=True)
+    dq = warpgroup_mma_wait(0, deps=(dq,))
+    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
+    tma.store_wait(0)
+    gl.thread_barrier()
+    mbarrier.arrive(ds_free, count=1)
+    dq_buf.store(dq * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    _tma_reduce_add(dq_desc, [row, col], dq_buf)
+
+
+@gluon.jit
 def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b,
                 stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+                SKIP_MASKED: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
-    last dQ products have read this one's K. Returns dK, dV (fp32, unscaled), the item's K/V
-    row and column and its tile count."""
+    last dQ products have read this one's K. ``SKIP_MASKED``: the second consumer's first
+    tiles, above its keys, only hand over and add their dQ (:func:`_skipped_tile`). Returns
+    dK, dV (fp32, unscaled), the item's K/V row and column and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
@@ -215,16 +254,24 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     mbarrier.wait(kv_bar.index(HALF), done & 1)
     mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    SKIP: gl.constexpr = bwd_hopper._masked_tiles(SKIP_MASKED, HALF, BLOCK_N, BLOCK_M)
+    if SKIP > 0:
+        ds_zero = gl.zeros([BLOCK_M, BLOCK_N], ds_smem.dtype, s_layout)
+        for t in range(SKIP):
+            _skipped_tile(it + t, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free,
+                          ready, empty, dq_zero, ds_zero, i0, n_i, q_row0, q_col0, sm_scale,
+                          HALF, BLOCK_M, HEAD_D, NUM_STAGES)
     dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
     dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-    slot = it % NUM_STAGES                          # (tile 0's S and dP, before the loop)
-    z = it >> 30                                    # (opaque zero: see :func:`_tile`)
-    mbarrier.wait(ready.index(slot), (it // NUM_STAGES) & 1)
+    first = it + SKIP                               # (its first tile's S and dP, before the loop)
+    slot = first % NUM_STAGES
+    z = first >> 30                                 # (opaque zero: see :func:`_tile`)
+    mbarrier.wait(ready.index(slot), (first // NUM_STAGES) & 1)
     s = warpgroup_mma(q_smem.index(slot), k_smem.index(HALF + z).permute((1, 0)), s_zero,
                       use_acc=False, is_async=True)
     dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
                        use_acc=False, is_async=True)
-    for t in range(n_t - 1):
+    for t in range(SKIP, n_t - 1):
         dk, dv, s, dp = _tile(it + t, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
                               do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
                               LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
@@ -249,7 +296,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr):
+                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -282,7 +329,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP)
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
@@ -301,7 +348,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP)
+            CAUSAL, GROUP, SKIP_MASKED)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
 
@@ -328,7 +375,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                      PERSISTENT: gl.constexpr):
+                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -361,13 +408,13 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT)),
+                         GROUP, PERSISTENT, SKIP_MASKED)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT)),
+                         GROUP, PERSISTENT, SKIP_MASKED)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
@@ -436,6 +483,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
+             SKIP_MASKED=bwd_hopper.skips_masked(causal, hq // hkv),
              GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv",
