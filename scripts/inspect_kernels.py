@@ -12,7 +12,7 @@ tile: docs/perf.md, session 25). No GPU time is spent.
 
     python3 scripts/inspect_kernels.py --d 128 --causal --fwd 128,64,8,3 --dkdv 64,128,8,3 \\
         --dq 128,64,8,3 [--deterministic] [--dump /tmp/k]
-    python3 scripts/inspect_kernels.py --gluon --d 128 [--causal]
+    python3 scripts/inspect_kernels.py --gluon --d 128 [--causal] [--heads 16 --kv-heads 4]
     FLASHTILE_GLUON_FWD_CONFIG=64,32,4,240 python3 scripts/inspect_kernels.py --gluon --d 256
 
 ``--gluon`` compiles the Gluon kernels (``kernels/fwd_hopper.py``, ``kernels/bwd_hopper.py``,
@@ -203,7 +203,9 @@ def inspect_gluon(args, dtype) -> int:
                                                  sink)
     dq256_hopper._dq256_kernel = GluonCapture("gluon dq256", dq256_hopper._dq256_kernel, sink)
     heads = args.heads or 2048 // args.d
-    q, k, v, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(4))
+    q, dout = (torch.randn(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(2))
+    k, v = (torch.randn(1, args.seqlen, args.kv_heads or heads, args.d, dtype=dtype)
+            for _ in range(2))
     params, _ = flashtile.interface._flash_params(q, k, v, 0.0, None, args.causal, (-1, -1), 0.0,
                                                   None, False)
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
@@ -271,6 +273,8 @@ def main() -> int:
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--seqlen", type=int, default=1024)
     p.add_argument("--heads", type=int, default=0, help="default 2048 / d (the anchors' shape)")
+    p.add_argument("--kv-heads", type=int, default=0,
+                   help="with --gluon: K/V heads (GQA/MQA; default: --heads)")
     p.add_argument("--causal", action="store_true")
     p.add_argument("--deterministic", action="store_true", help="two-pass dQ")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))

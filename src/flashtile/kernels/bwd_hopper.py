@@ -159,21 +159,23 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                GROUP: gl.constexpr, q_desc2, do_desc2, q_smem2, do_smem2,
-               HEAD_D2: gl.constexpr):
+               HEAD_D2: gl.constexpr, HEADS_INNER: gl.constexpr = False):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
     across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
-    query head ``t // n_i``; a slot is refilled only after both consumers released it. A split
-    head dim (``HEAD_D2`` > 0) loads each tile's second part into ``q_smem2``/``do_smem2``."""
+    query head ``t // n_i``, in the order of :func:`_tile_in_order`; a slot is refilled only
+    after both consumers released it. A split head dim (``HEAD_D2`` > 0) loads each tile's
+    second part into ``q_smem2``/``do_smem2``."""
     it = 0
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
             BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
-        for t in range(n_t):
-            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + t, t, i0, n_i,
-                           q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,
-                           do_desc2, q_smem2, do_smem2)
+        for u in range(n_t):
+            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u,
+                           _tile_in_order(u, n_i, group, HEADS_INNER), i0, n_i, q_row0,
+                           q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2, do_desc2,
+                           q_smem2, do_smem2)
         it += n_t
 
 
@@ -210,6 +212,18 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
 def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
     """Sequence positions of tile t's queries (tile t: query tile ``i0 + t % n_i``)."""
     return (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+
+
+@gluon.jit
+def _tile_in_order(u, n_i, group, HEADS_INNER: gl.constexpr):
+    """The item's tile (t: query tile ``i0 + t % n_i`` of query head ``t // n_i``) that the
+    ring carries u-th: the heads one after the other, or (``HEADS_INNER``, the masked-tile
+    skip with GQA, :func:`skips_masked`) every head's tile of a query tile before the next
+    query tile, so that the tiles a consumer skips come first in the item."""
+    if HEADS_INNER:
+        return (u % group) * n_i + u // group
+    else:
+        return u
 
 
 @constexpr_function
@@ -412,9 +426,10 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     ``SKIP_MASKED`` (causal, one query head per KV head: :func:`skips_masked`): the second
     consumer skips the item's first ``SKIP`` tiles, wholly above its keys
     (:func:`_masked_tiles`), releasing their slots unread (one pass: it still computes its
-    part of their dQ, :func:`_skipped_dq`); its tile loop starts at ``SKIP``.
-    (Counted from 0 with the ring tile computed from the count, the same loop made ptxas
-    serialise every wgmma, C7512.)"""
+    part of their dQ, :func:`_skipped_dq`); its tile loop starts at ``SKIP``. (A loop counted
+    from 0 over the consumer's own tiles, or one over the ring's loads that maps each to its
+    tile, as GQA would need (:func:`_tile_in_order`), made ptxas serialise every wgmma,
+    C7512; this one does not.)"""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -752,17 +767,20 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     return b, sq, hq * d // 64, 64
 
 
-def skips_masked(causal: bool, group: int) -> bool:
+def skips_masked(causal: bool) -> bool:
     """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
     above its keys (:func:`_masked_tiles`: at d=64 one of an item's tiles, so ~5% of the
     dK/dV kernel's products at 1k and ~10% at 512 in two passes; a one pass still computes
     those tiles' dQ parts, 4 of 5 products saved; also :mod:`.bwdrows_hopper`'s one pass, d=128's
-    default, where it saves 4.5 of 5): causal with one query head per KV head
-    (with GQA those tiles recur within the item, once per query head). Opt-in until
+    default, where it saves 4.5 of 5): causal. With GQA those tiles recur within the item,
+    once per query head: the rows kernel then has the ring carry the item's tiles query tile
+    by query tile (``HEADS_INNER``, :func:`_tile_in_order`), so that they come first; this
+    kernel skips only with one query head per KV head (mapping each load to its tile in its
+    tile loop made ptxas serialise every wgmma, C7512). Opt-in until
     measured: ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``; unset, ``auto`` or ``0``: off. The
     forward's counterpart (each consumer reads its own tiles) took its kernels -2% to -5%
     at d=128 (session 24)."""
-    return causal and group == 1 and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED"))
+    return causal and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED"))
 
 
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
@@ -836,6 +854,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, hq // hkv)),
+             SKIP_MASKED=skips_masked(causal) and hq == hkv),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

@@ -74,8 +74,9 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 - offline (``scripts/inspect_kernels.py --gluon --one-pass --d 128 [--causal]``): 0 B of spills,
   128 HGMMA for 8 waits, no C75xx warning; with ``SKIP_MASKED`` (session 32, causal: the second
   consumer's first tile, above its keys, only hands over a zero dS half and adds its dQ
-  columns, :func:`_skipped_tile`) 0 B, 132 HGMMA for 9 waits; off, the SASS is identical to
-  before. Not yet on a GPU, hence opt-in (:func:`.bwd_hopper.skips_masked`);
+  columns, :func:`_skipped_tile`; with GQA the ring in query-tile order, ``HEADS_INNER``) 0 B,
+  132 HGMMA for 9 waits, MHA and GQA 4:1; off, the SASS is identical to before. Not yet on a
+  GPU, hence opt-in (:func:`.bwd_hopper.skips_masked`);
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -92,7 +93,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
+from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tile_in_order, _tma_reduce_add
 from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -239,13 +240,15 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                SKIP_MASKED: gl.constexpr):
+                SKIP_MASKED: gl.constexpr, HEADS_INNER: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
-    last dQ products have read this one's K. ``SKIP_MASKED``: the second consumer's first
-    tiles, above its keys, only hand over and add their dQ (:func:`_skipped_tile`). Returns
-    dK, dV (fp32, unscaled), the item's K/V row and column and its tile count."""
+    last dQ products have read this one's K. ``SKIP_MASKED``: the second consumer's tiles
+    above its keys (each query head's first; with GQA the ring carries them first,
+    ``HEADS_INNER``: :func:`.bwd_hopper._tile_in_order`) only hand over and add their dQ
+    (:func:`_skipped_tile`). Returns dK, dV (fp32, unscaled), the item's K/V row and column
+    and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
@@ -255,15 +258,20 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     SKIP: gl.constexpr = bwd_hopper._masked_tiles(SKIP_MASKED, HALF, BLOCK_N, BLOCK_M)
+    if HEADS_INNER:     # (the ring's first n_skip loads of the item are the masked ones)
+        n_skip = SKIP * group
+    else:
+        n_skip: gl.constexpr = SKIP
     if SKIP > 0:
         ds_zero = gl.zeros([BLOCK_M, BLOCK_N], ds_smem.dtype, s_layout)
-        for t in range(SKIP):
-            _skipped_tile(it + t, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free,
-                          ready, empty, dq_zero, ds_zero, i0, n_i, q_row0, q_col0, sm_scale,
-                          HALF, BLOCK_M, HEAD_D, NUM_STAGES)
+        for u in range(n_skip):
+            _skipped_tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), dq_desc, k_smem,
+                          ds_smem, dq_buf, ds_ready, ds_free, ready, empty, dq_zero, ds_zero,
+                          i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D,
+                          NUM_STAGES)
     dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
     dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-    first = it + SKIP                               # (its first tile's S and dP, before the loop)
+    first = it + n_skip                             # (its first tile's S and dP, before the loop)
     slot = first % NUM_STAGES
     z = first >> 30                                 # (opaque zero: see :func:`_tile`)
     mbarrier.wait(ready.index(slot), (first // NUM_STAGES) & 1)
@@ -271,8 +279,9 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                       use_acc=False, is_async=True)
     dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
                        use_acc=False, is_async=True)
-    for t in range(SKIP, n_t - 1):
-        dk, dv, s, dp = _tile(it + t, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+    for u in range(n_skip, n_t - 1):
+        dk, dv, s, dp = _tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), s, dp, dk,
+                              dv, dq_desc, k_smem, v_smem, q_smem,
                               do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
                               LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
                               n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
@@ -296,7 +305,8 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr):
+                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
+                  HEADS_INNER: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -329,7 +339,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED)
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, HEADS_INNER)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
@@ -348,7 +358,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP, SKIP_MASKED)
+            CAUSAL, GROUP, SKIP_MASKED, HEADS_INNER)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
 
@@ -375,7 +385,8 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False):
+                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
+                      HEADS_INNER: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -408,16 +419,17 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED)),
+                         GROUP, PERSISTENT, SKIP_MASKED, HEADS_INNER)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED)),
+                         GROUP, PERSISTENT, SKIP_MASKED, HEADS_INNER)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
+                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
+                      HEADS_INNER)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -469,6 +481,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
+    skip = bwd_hopper.skips_masked(causal)
     # (the dQ accumulator's TMA blocks: a consumer's part, half the head dim)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
@@ -483,7 +496,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
-             SKIP_MASKED=bwd_hopper.skips_masked(causal, hq // hkv),
+             SKIP_MASKED=skip, HEADS_INNER=skip and hq > hkv,
              GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv",
