@@ -710,8 +710,9 @@ def supports(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 def one_pass(d: int, causal: bool, n_ntiles: int) -> str:
     """Where this kernel's one pass (dQ added by TMA reductions in the dK/dV pass) measured
     ahead of two passes with ``deterministic=False`` (the default): ``"early"`` (a tile's dQ
-    part leaves right after its own products), ``"late"`` (under the next tile's products) or
-    ``"two-pass"``. ``n_ntiles``: work items per KV head (128 keys each).
+    part leaves right after its own products) or ``"two-pass"``; the late reductions (under
+    the next tile's products) are only forced (:func:`dq_late`). ``n_ntiles``: work items per
+    KV head (128 keys each).
 
     Measured (session 14, H200, bf16, forward+backward, two calls, 1k/4k/16k, against two
     passes): ahead at every unmasked point (d=64 +4% to +9%, d=128 +5% to +8% at 1k/4k, -1%
@@ -769,17 +770,17 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
 
 def skips_masked(causal: bool) -> bool:
     """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
-    above its keys (:func:`_masked_tiles`: at d=64 one of an item's tiles, so ~5% of the
-    dK/dV kernel's products at 1k and ~10% at 512 in two passes; a one pass still computes
-    those tiles' dQ parts, 4 of 5 products saved; also :mod:`.bwdrows_hopper`'s one pass, d=128's
-    default, where it saves 4.5 of 5): causal. With GQA those tiles recur within the item,
-    once per query head: the rows kernel then has the ring carry the item's tiles query tile
-    by query tile (``HEADS_INNER``, :func:`_tile_in_order`), so that they come first; this
-    kernel skips only with one query head per KV head (mapping each load to its tile in its
-    tile loop made ptxas serialise every wgmma, C7512). Opt-in until
-    measured: ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``; unset, ``auto`` or ``0``: off. The
-    forward's counterpart (each consumer reads its own tiles) took its kernels -2% to -5%
-    at d=128 (session 24)."""
+    above its keys (:func:`_masked_tiles`). At d=64 that is one of an item's tiles: ~10% of
+    this kernel's products at 512 and ~5% at 1k in two passes; a one pass still computes the
+    tile's dQ part (4 of 5 products saved). In :mod:`.bwdrows_hopper`'s one pass (d=128's
+    default) 4.5 of 5. With GQA those tiles recur within the item, once per query head: the
+    rows kernel then has the ring carry the item's tiles query tile by query tile
+    (``HEADS_INNER``, :func:`_tile_in_order`) so that they come first; this kernel skips only
+    with one query head per KV head (mapping each load to its tile in its tile loop made
+    ptxas serialise every wgmma, C7512). Opt-in until measured:
+    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``; unset, ``auto`` or ``0``: off. The forward's
+    counterpart (each consumer reads its own tiles) took its kernels -2% to -5% at d=128
+    (session 24)."""
     return causal and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED"))
 
 

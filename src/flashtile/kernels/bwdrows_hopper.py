@@ -200,18 +200,15 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
 
 
 @gluon.jit
-def _skipped_tile(r, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
-                  dq_zero, ds_zero, i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr,
-                  BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr):
+def _skipped_tile(r, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free, dq_zero, ds_zero,
+                  i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
+                  HEAD_D: gl.constexpr):
     """Tile t of the item (the program's tile r) for a consumer whose keys it does not reach
-    (``SKIP_MASKED``, :func:`.bwd_hopper.skips_masked`): its slot goes back unread (after the
-    load lands: an earlier arrival would count towards the slot's previous load), a zero dS
-    half keeps the hand-over's turn, and its dQ columns, from the other consumer's dS half
-    alone, leave as in :func:`_tile`. No S, dP, dV or dK products."""
-    slot = r % NUM_STAGES
+    (``SKIP_MASKED``, :func:`.bwd_hopper.skips_masked`; its slot the caller has released
+    unread, :func:`.bwd_hopper._pass_slots`): a zero dS half keeps the hand-over's turn, and
+    its dQ columns, from the other consumer's dS half alone, leave as in :func:`_tile`. No S,
+    dP, dV or dK products."""
     z = r >> 30                                     # (opaque zero: see :func:`_tile`)
-    mbarrier.wait(ready.index(slot), (r // NUM_STAGES) & 1)
-    mbarrier.arrive(empty.index(slot), count=1)
     mbarrier.wait(ds_free, (r & 1) ^ 1)
     ds_smem.index(HALF + z).store(ds_zero)
     fence_async_shared()
@@ -263,12 +260,12 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     else:
         n_skip: gl.constexpr = SKIP
     if SKIP > 0:
+        bwd_hopper._pass_slots(ready, empty, it, it + n_skip, NUM_STAGES)
         ds_zero = gl.zeros([BLOCK_M, BLOCK_N], ds_smem.dtype, s_layout)
         for u in range(n_skip):
             _skipped_tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), dq_desc, k_smem,
-                          ds_smem, dq_buf, ds_ready, ds_free, ready, empty, dq_zero, ds_zero,
-                          i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D,
-                          NUM_STAGES)
+                          ds_smem, dq_buf, ds_ready, ds_free, dq_zero, ds_zero, i0, n_i,
+                          q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D)
     dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
     dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
     first = it + n_skip                             # (its first tile's S and dP, before the loop)
