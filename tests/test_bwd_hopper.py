@@ -58,29 +58,34 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
     assert role == "dkdv" and meta["CAUSAL"] and meta["GROUP"] == group
 
 
-@pytest.mark.parametrize("value,causal,hq,one_pass,d,skips", [
-    ("1", True, 2, False, 64, True), ("1", False, 2, False, 64, False),
-    ("1", True, 4, False, 64, False), ("1", True, 2, True, 64, True),
-    ("1", True, 2, True, 128, True), ("1", True, 4, True, 128, True),
-    ("0", True, 2, False, 64, False), ("auto", True, 2, False, 64, False),
-    (None, True, 2, False, 64, False), (None, True, 2, True, 128, False)])
-def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, skips):
-    """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``: the second consumer skips each causal item's
-    tiles above its keys, in two passes and in one; :mod:`.bwd_hopper`'s kernel only with one
-    query head per KV head (GQA 2:1 here does not), the rows kernel (:mod:`.bwdrows_hopper`,
-    d=128's one pass) with GQA too, its ring then in query-tile order (``HEADS_INNER``);
-    opt-in (unset, ``auto`` and ``0`` are off); what the launch gets. Runs on the CPU: the
-    launch is captured, not made."""
+@pytest.mark.parametrize("value,causal,hq,one_pass,d,seqlen,skips", [
+    ("1", True, 2, False, 64, 1024, True), ("1", False, 2, False, 64, 1024, False),
+    ("1", True, 4, False, 64, 1024, False), ("1", True, 2, True, 64, 1024, True),
+    ("1", True, 2, True, 128, 1024, True), ("1", True, 4, True, 128, 1024, True),
+    ("1", True, 2, False, 64, 2048, True), ("0", True, 2, False, 64, 1024, False),
+    ("0", True, 4, True, 128, 512, False), ("auto", True, 2, False, 64, 1024, True),
+    (None, True, 2, False, 64, 512, True), (None, True, 2, True, 128, 1024, True),
+    (None, True, 4, True, 128, 1024, True), (None, True, 4, False, 64, 1024, False),
+    (None, False, 2, False, 64, 1024, False), (None, True, 2, False, 64, 2048, False),
+    (None, True, 2, True, 128, 2048, False)])
+def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, seqlen, skips):
+    """The second consumer skips each causal item's tiles above its keys, in two passes and
+    in one; :mod:`.bwd_hopper`'s kernel only with one query head per KV head (GQA 2:1 here
+    does not), the rows kernel (:mod:`.bwdrows_hopper`, d=128's one pass) with GQA too, its
+    ring then in query-tile order (``HEADS_INNER``). Unset or ``auto``: up to
+    :data:`bwd_hopper.SKIP_UPTO` work items per head (1k keys, not 2k); ``1`` at every
+    length, ``0`` never; what the launch gets. Runs on the CPU: the launch is captured, not
+    made."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     seen = gluon_launches(monkeypatch, run=False, full=True)
     if value is None:
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", raising=False)
     else:
         monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", value)
-    q, dout = (torch.randn(1, 1024, hq, d, dtype=torch.bfloat16) for _ in range(2))
-    k, v = (torch.randn(1, 1024, 2, d, dtype=torch.bfloat16) for _ in range(2))
+    q, dout = (torch.randn(1, seqlen, hq, d, dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(2))
     params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
-    lse = dsum = torch.zeros(1, hq, 1024)
+    lse = dsum = torch.zeros(1, hq, seqlen)
     dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q)) if one_pass else None
     bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params,
                     dq_acc=dq_acc)
@@ -93,7 +98,7 @@ def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, skips):
         assert kernel is bwd_hopper._dkdv_hopper_kernel and meta["ONE_PASS"] is one_pass
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "yes")
     with pytest.raises(ValueError, match="0, 1 or 'auto'"):
-        bwd_hopper.skips_masked(True)
+        bwd_hopper.skips_masked(True, 8)
 
 
 def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass,

@@ -67,8 +67,9 @@ Measured (H200, forward+backward; "time": kernel time):
   0.91-1.02x cuDNN (session 21);
 - ``SKIP_MASKED`` (session 32, offline, sm_90a): none serialised; no spills at d=64 (two passes
   and one) and d=128 two passes; d=96's item-level spills 76 -> 92 B, d=128's transposed one
-  pass (not its default) 16 B; off, every variant's SASS is identical to before. Not yet on
-  a GPU, hence opt-in;
+  pass (not its default) 16 B; off, every variant's SASS is identical to before. On the H200
+  (session 33) d=64 0.934x/0.956x at 512/1k, d=96 0.972x/0.984x, neutral to +1.7% from 2k:
+  on up to 1k keys (:func:`skips_masked`);
 - offline: none serialised; spills 0-8 B at d=128 (88-116 B with two K/V buffers), elsewhere
   item-level scalars only (up to 76 B, d=96 causal);
 - Nsight Compute, d=128 4k: tensor pipe 49%, L1/shared 71% (cuDNN 64%, 69%); suspects: the
@@ -768,20 +769,30 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     return b, sq, hq * d // 64, 64
 
 
-def skips_masked(causal: bool) -> bool:
+# Work items per KV head up to which the causal second consumer skips its masked tiles by
+# default (:func:`skips_masked`): 8, so up to 1k keys (session 33).
+SKIP_UPTO = 8
+
+
+def skips_masked(causal: bool, n_ntiles: int) -> bool:
     """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
-    above its keys (:func:`_masked_tiles`). At d=64 that is one of an item's tiles: ~10% of
-    this kernel's products at 512 and ~5% at 1k in two passes; a one pass still computes the
-    tile's dQ part (4 of 5 products saved). In :mod:`.bwdrows_hopper`'s one pass (d=128's
-    default) 4.5 of 5. With GQA those tiles recur within the item, once per query head: the
-    rows kernel then has the ring carry the item's tiles query tile by query tile
-    (``HEADS_INNER``, :func:`_tile_in_order`) so that they come first; this kernel skips only
-    with one query head per KV head (mapping each load to its tile in its tile loop made
-    ptxas serialise every wgmma, C7512). Opt-in until measured:
-    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1``; unset, ``auto`` or ``0``: off. The forward's
-    counterpart (each consumer reads its own tiles) took its kernels -2% to -5% at d=128
-    (session 24)."""
-    return causal and bool(env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED"))
+    above its keys (:func:`_masked_tiles`), for ``n_ntiles`` work items per KV head. At d=64
+    that is one of an item's tiles: ~10% of this kernel's products at 512 and ~5% at 1k in two
+    passes; a one pass still computes the tile's dQ part (4 of 5 products saved). In
+    :mod:`.bwdrows_hopper`'s one pass (d=128's default) 4.5 of 5. With GQA those tiles recur
+    within the item, once per query head: the rows kernel then has the ring carry the item's
+    tiles query tile by query tile (``HEADS_INNER``, :func:`_tile_in_order`) so that they come
+    first; this kernel skips only with one query head per KV head (mapping each load to its
+    tile in its tile loop made ptxas serialise every wgmma, C7512).
+
+    Measured (session 33, H200, bf16, causal MHA fwd+bwd kernel sums, two alternating rounds,
+    the skip against none): d=64 0.934x at 512, 0.956x at 1k (two passes), 0.999x at 2k and
+    1.017x at 4k (one pass); d=96 0.972x / 0.984x / 1.005x / 0.990x; d=128 (rows kernel)
+    0.985x / 0.961x / 1.016x / 1.019x. So by default it skips up to :data:`SKIP_UPTO` items
+    per head (1k keys), where the saved products are a large share and the item loop short.
+    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` forces it at every length, ``0`` turns it off."""
+    forced = env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED")
+    return causal and (n_ntiles <= SKIP_UPTO if forced is None else forced)
 
 
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
@@ -855,6 +866,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal) and hq == hkv),
+             SKIP_MASKED=skips_masked(causal, n_ntiles) and hq == hkv),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))
