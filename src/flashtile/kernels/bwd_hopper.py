@@ -774,7 +774,7 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
 SKIP_UPTO = 8
 
 
-def skips_masked(causal: bool, n_ntiles: int) -> bool:
+def skips_masked(causal: bool, n_ntiles: int, gqa: bool = False) -> bool:
     """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
     above its keys (:func:`_masked_tiles`), for ``n_ntiles`` work items per KV head. At d=64
     that is one of an item's tiles: ~10% of this kernel's products at 512 and ~5% at 1k in two
@@ -789,10 +789,16 @@ def skips_masked(causal: bool, n_ntiles: int) -> bool:
     the skip against none): d=64 0.934x at 512, 0.956x at 1k (two passes), 0.999x at 2k and
     1.017x at 4k (one pass); d=96 0.972x / 0.984x / 1.005x / 0.990x; d=128 (rows kernel)
     0.985x / 0.961x / 1.016x / 1.019x. So by default it skips up to :data:`SKIP_UPTO` items
-    per head (1k keys), where the saved products are a large share and the item loop short.
-    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` forces it at every length, ``0`` turns it off."""
+    per head (1k keys), where the saved products are a large share and the item loop short,
+    and only with one query head per KV head (``gqa`` False): the rows kernel's GQA skip
+    deadlocked on the H200 in session 33 (more skipped loads than ring slots, all released
+    before the first dS hand-over); mended since, but not yet run on a GPU.
+    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` forces it at every length (GQA too, in the rows
+    kernel), ``0`` turns it off."""
     forced = env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED")
-    return causal and (n_ntiles <= SKIP_UPTO if forced is None else forced)
+    if forced is None:
+        return causal and not gqa and n_ntiles <= SKIP_UPTO
+    return causal and forced
 
 
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
@@ -866,6 +872,10 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, n_ntiles) and hq == hkv),
+             # (MHA only; in one pass the skipped loads must fit the ring: _dkdv_consume
+             # releases them all before the first dS hand-over, which the other consumer
+             # awaits before it frees a slot)
+             SKIP_MASKED=skips_masked(causal, n_ntiles) and hq == hkv
+             and (dq_acc is None or block_n // block_m <= stages)),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

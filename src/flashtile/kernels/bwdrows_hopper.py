@@ -77,7 +77,10 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
   columns, :func:`_skipped_tile`; with GQA the ring in query-tile order, ``HEADS_INNER``) 0 B,
   132 HGMMA for 9 waits, MHA and GQA 4:1; off, the SASS is identical to before. On the H200
   (session 33, MHA fwd+bwd kernel sums) 0.985x at 512, 0.961x at 1k, 1.016x/1.019x at 2k/4k,
-  so on up to 1k keys (:func:`.bwd_hopper.skips_masked`);
+  so on up to 1k keys with MHA (:func:`.bwd_hopper.skips_masked`). With GQA (forced only) it
+  deadlocked there (session 33: all of an item's skipped loads, one per query head, released
+  before the first dS hand-over, more than the ring's 2 slots); each is now released just
+  before its hand-over (the MHA SASS unchanged), not yet re-run on a GPU;
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -261,9 +264,13 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     else:
         n_skip: gl.constexpr = SKIP
     if SKIP > 0:
-        bwd_hopper._pass_slots(ready, empty, it, it + n_skip, NUM_STAGES)
         ds_zero = gl.zeros([BLOCK_M, BLOCK_N], ds_smem.dtype, s_layout)
         for u in range(n_skip):
+            # (each slot released just before its hand-over: with GQA there are more skipped
+            # loads than ring slots, and waiting for all of them first deadlocked, session 33:
+            # the loader's refill needs the other consumer's release, which needs this one's
+            # dS half)
+            bwd_hopper._pass_slots(ready, empty, it + u, it + u + 1, NUM_STAGES)
             _skipped_tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), dq_desc, k_smem,
                           ds_smem, dq_buf, ds_ready, ds_free, dq_zero, ds_zero, i0, n_i,
                           q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D)
@@ -479,7 +486,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
-    skip = bwd_hopper.skips_masked(causal, n_ntiles)
+    skip = bwd_hopper.skips_masked(causal, n_ntiles, gqa=hq > hkv)
     # (the dQ accumulator's TMA blocks: a consumer's part, half the head dim)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
