@@ -31,6 +31,16 @@ if [ ${#missing[@]} -gt 0 ] && [ -d .whl ]; then
     ${missing[@]} && export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
 
+# The test steps: each test phase's seconds to $OUT/times.tsv as it ends (tests/conftest.py:
+# a run its limit cuts off still tells each file's time; FLASHTILE_TEST_SHARD_TIMES=that file
+# balances alltests' shards by it), and with pytest-timeout (the image has it) a test that
+# outlasts TEST_EACH_TIMEOUT seconds (default 240; compiles take up to ~40 s) fails with its
+# stacks and its worker is replaced, instead of a hung kernel holding a worker to the call's
+# end (session 33 lost two calls' tests so).
+test_opts=()
+python3 -c "import pytest_timeout" 2>/dev/null \
+  && test_opts=(--timeout "${TEST_EACH_TIMEOUT:-240}" --timeout-method thread)
+
 for step in $STEPS; do
   echo "=== step: $step ($(date +%T))"
   case $step in
@@ -43,15 +53,18 @@ for step in $STEPS; do
       # several GPUs the workers spread over them (tests/conftest.py), one process per core.
       # On one GPU the suite (~1,600 tests) outlasts a device call: FLASHTILE_TEST_SHARD=1/2,
       # then =2/2 in the next call, runs half the test files each (tests/conftest.py). The
-      # shards are balanced by test counts, not time: in session 32 shard 1 took 178 s and
-      # shard 2 outlasted 480 s. The log lists every test of 1 s or more (per-file times for a
-      # better split); the shell shows pytest's summary. At TESTS_TIMEOUT pytest gets SIGINT, so
-      # that it still prints its counts and the summary (SIGKILL 20 s later).
-      FLASHTILE_AUTOTUNE=0 timeout -s INT -k 20 ${TESTS_TIMEOUT:-560} python3 -m pytest tests -q -rfEs \
+      # shards are balanced by test counts, not time (in session 32 shard 1 took 178 s and
+      # shard 2 outlasted 480 s), unless FLASHTILE_TEST_SHARD_TIMES names an earlier run's
+      # $OUT/times.tsv (kept under docs/results/). The shell shows pytest's summary. At
+      # TESTS_TIMEOUT pytest gets SIGINT, so that it still prints its counts and the summary
+      # (SIGKILL 20 s later).
+      FLASHTILE_TEST_TIMES="$OUT/times.tsv" FLASHTILE_AUTOTUNE=0 timeout -s INT -k 20 ${TESTS_TIMEOUT:-560} \
+        python3 -m pytest tests -q -rfEs "${test_opts[@]}" \
         -n ${TEST_PROCS:-$(nproc)} -p no:cacheprovider --durations=0 --durations-min=1 2>&1 \
         | tee "$OUT/alltests.log" | grep -v -E "^[0-9.]+s (call|setup|teardown) " | tail -30 ;;
     pytest) # chosen test files and filter: PYTEST_ARGS="tests/a.py tests/b.py" PYTEST_K="dropout or rng"
-      FLASHTILE_AUTOTUNE=0 timeout -s INT -k 20 ${TESTS_TIMEOUT:-330} python3 -m pytest -q -rfEs -p no:cacheprovider \
+      FLASHTILE_TEST_TIMES="$OUT/times.tsv" FLASHTILE_AUTOTUNE=0 timeout -s INT -k 20 ${TESTS_TIMEOUT:-330} \
+        python3 -m pytest -q -rfEs -p no:cacheprovider "${test_opts[@]}" \
         -n ${TEST_PROCS:-8} ${PYTEST_ARGS:-tests/test_kernels.py} ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 \
         | tee "$OUT/pytest.log" | tail -15 ;;
     tests)

@@ -50,23 +50,50 @@ def backend(request):
     flashtile.set_backend(None)
 
 
-def shard_files(counts: dict[str, int], n: int) -> list[set[str]]:
-    """Test files spread over ``n`` shards of about equal test counts (``counts``: file ->
-    tests collected), largest first onto the lightest shard. Whole files stay together: a
-    file's tests share their kernels' compiles, which dominate a GPU run."""
+def shard_files(weights: dict[str, float], n: int) -> list[set[str]]:
+    """Test files spread over ``n`` shards of about equal weight (``weights``: file -> tests
+    collected, or seconds, :func:`file_weights`), heaviest first onto the lightest shard.
+    Whole files stay together: a file's tests share their kernels' compiles, which dominate a
+    GPU run."""
     shards: list[set[str]] = [set() for _ in range(n)]
-    totals = [0] * n
-    for name in sorted(counts, key=lambda f: (-counts[f], f)):
+    totals = [0.0] * n
+    for name in sorted(weights, key=lambda f: (-weights[f], f)):
         lightest = totals.index(min(totals))
         shards[lightest].add(name)
-        totals[lightest] += counts[name]
+        totals[lightest] += weights[name]
     return shards
+
+
+def read_test_times(path: str) -> dict[str, float]:
+    """Seconds per test file from a log that ``FLASHTILE_TEST_TIMES`` wrote (tab-separated:
+    file, test id, phase, seconds, outcome; a run cut off still leaves its finished lines)."""
+    seconds: dict[str, float] = collections.defaultdict(float)
+    with open(path) as log:
+        for line in log:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) == 5:
+                seconds[fields[0]] += float(fields[3])
+    return dict(seconds)
+
+
+def file_weights(counts: dict[str, int], seconds: dict[str, float] | None) -> dict[str, float]:
+    """Each file's weight for :func:`shard_files`: its seconds in an earlier run where it has
+    them (``seconds``, :func:`read_test_times`), else its test count times the measured
+    files' mean seconds per test; only counts without ``seconds``."""
+    if not seconds:
+        return {f: float(c) for f, c in counts.items()}
+    timed = [f for f in counts if f in seconds]
+    per_test = (sum(seconds[f] for f in timed) / max(1, sum(counts[f] for f in timed))
+                if timed else 1.0)
+    return {f: seconds[f] if f in seconds else counts[f] * per_test for f in counts}
 
 
 def _keep_shard(config, items) -> None:
     """``FLASHTILE_TEST_SHARD=i/n`` (1 <= i <= n) keeps the i-th of n shards of the collected
     tests (:func:`shard_files`) and reports the rest as deselected: the whole suite on one
-    GPU in n device calls (`scripts/gpu_session.sh alltests`), each within a call's limit."""
+    GPU in n device calls (`scripts/gpu_session.sh alltests`), each within a call's limit.
+    ``FLASHTILE_TEST_SHARD_TIMES=log`` balances them by an earlier run's seconds per file
+    (:func:`file_weights`) instead of test counts."""
     spec = os.environ.get("FLASHTILE_TEST_SHARD", "")
     if not spec:
         return
@@ -74,11 +101,36 @@ def _keep_shard(config, items) -> None:
     if not (i.isdigit() and n.isdigit() and 1 <= int(i) <= int(n)):
         raise pytest.UsageError(f"FLASHTILE_TEST_SHARD must be i/n with 1 <= i <= n (e.g. 1/2), "
                                 f"got {spec!r}")
+    times = os.environ.get("FLASHTILE_TEST_SHARD_TIMES", "")
+    if times and not os.path.isfile(times):
+        raise pytest.UsageError(f"FLASHTILE_TEST_SHARD_TIMES={times!r}: no such file (a log "
+                                f"written through FLASHTILE_TEST_TIMES)")
     files = [item.nodeid.split("::")[0] for item in items]
-    keep = shard_files(collections.Counter(files), int(n))[int(i) - 1]
+    weights = file_weights(collections.Counter(files), read_test_times(times) if times else None)
+    keep = shard_files(weights, int(n))[int(i) - 1]
     kept = [item for item, f in zip(items, files) if f in keep]
     config.hook.pytest_deselected(items=[item for item, f in zip(items, files) if f not in keep])
     items[:] = kept
+
+
+_times_config = None
+
+
+def pytest_configure(config):
+    global _times_config
+    _times_config = config
+
+
+def pytest_runtest_logreport(report):
+    """``FLASHTILE_TEST_TIMES=log``: every test phase's seconds appended to ``log`` as it
+    ends (by the controlling process only, under pytest-xdist), so that a run its limit cuts
+    off still tells how long each file took (:func:`read_test_times`)."""
+    path = os.environ.get("FLASHTILE_TEST_TIMES", "")
+    if not path or hasattr(_times_config, "workerinput"):
+        return
+    with open(path, "a") as log:
+        log.write(f"{report.nodeid.split('::')[0]}\t{report.nodeid}\t{report.when}\t"
+                  f"{report.duration:.3f}\t{report.outcome}\n")
 
 
 def pytest_collection_modifyitems(config, items):

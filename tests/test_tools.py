@@ -329,6 +329,48 @@ def test_shard_variable_selects_and_refuses(tmp_path):
     assert out.returncode != 0 and "FLASHTILE_TEST_SHARD must be i/n" in out.stdout + out.stderr
 
 
+def test_test_times_log_and_shards_balanced_by_it(tmp_path):
+    """``FLASHTILE_TEST_TIMES=log`` appends every test phase's seconds as it ends (here a run
+    of a small tree, one file slow); ``FLASHTILE_TEST_SHARD_TIMES=log`` then splits by those
+    seconds: the slow file alone in one shard although it has the fewest tests, where counts
+    would pair it with another. :func:`file_weights` fills a file missing from the log by its
+    count times the mean seconds per test, and a missing log is a usage error."""
+    from conftest import file_weights, read_test_times
+    files = {"test_slow.py": "import time\ndef test_0():\n    time.sleep(0.6)\n",
+             "test_many.py": "".join(f"def test_{k}():\n    pass\n" for k in range(4)),
+             "test_some.py": "".join(f"def test_{k}():\n    pass\n" for k in range(3))}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "conftest.py").write_text(
+        (Path(__file__).parent / "conftest.py").read_text())
+    log = tmp_path / "times.tsv"
+
+    def pytest_run(*args, **env):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               *args, str(tmp_path)], capture_output=True, text=True,
+                              env={**os.environ, **env}, cwd=tmp_path)
+
+    out = pytest_run(FLASHTILE_TEST_TIMES=str(log))
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line.split("\t") for line in log.read_text().splitlines()]
+    assert len(lines) == 8 * 3 and all(len(f) == 5 for f in lines)   # (setup, call, teardown)
+    seconds = read_test_times(str(log))
+    assert seconds["test_slow.py"] >= 0.6 > seconds["test_many.py"] + seconds["test_some.py"]
+    kept = []
+    for spec in ("1/2", "2/2"):
+        out = pytest_run("--collect-only", FLASHTILE_TEST_SHARD=spec,
+                         FLASHTILE_TEST_SHARD_TIMES=str(log))
+        assert out.returncode == 0, out.stdout + out.stderr
+        kept.append({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line})
+    assert {"test_slow.py"} in kept and {"test_many.py", "test_some.py"} in kept
+    weights = file_weights({"a.py": 10, "b.py": 4, "c.py": 2}, {"a.py": 5.0, "b.py": 1.0})
+    assert weights == {"a.py": 5.0, "b.py": 1.0, "c.py": 2 * 6.0 / 14}
+    assert file_weights({"a.py": 3}, None) == {"a.py": 3.0}
+    out = pytest_run("--collect-only", FLASHTILE_TEST_SHARD="1/2",
+                     FLASHTILE_TEST_SHARD_TIMES=str(tmp_path / "none.tsv"))
+    assert out.returncode != 0 and "no such file" in out.stdout + out.stderr
+
+
 def test_stall_table_reads_ncu_raw_csv(tmp_path):
     """scripts/stall_table.py on an ``ncu --csv --page raw`` output (header, units row, a
     stray print, two kernels): times from the units row (ms here), reasons ranked by cycles
