@@ -128,11 +128,13 @@ def test_tile_loop_budgets(monkeypatch):
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-@pytest.mark.parametrize("d,mask,seqlen,shared,hgmma", [
-    (128, "--causal", "1024", 197_024, 128), (128, "--no-causal", "1024", 197_024, 128),
-    (128, "--no-causal", "4096", 229_808, 128), (64, "--causal", "1024", 115_104, 96),
-    (64, "--no-causal", "1024", 131_504, 96)])
-def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, shared, hgmma):
+@pytest.mark.parametrize("d,mask,seqlen,skip,shared,hgmma", [
+    (128, "--causal", "1024", "auto", 197_024, 132), (128, "--causal", "1024", "0", 197_024, 128),
+    (128, "--no-causal", "1024", "auto", 197_024, 128),
+    (128, "--no-causal", "4096", "auto", 229_808, 128),
+    (64, "--causal", "1024", "auto", 115_104, 100), (64, "--causal", "1024", "0", 115_104, 96),
+    (64, "--no-causal", "1024", "auto", 131_504, 96)])
+def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, skip, shared, hgmma):
     """The one pass compiles the queries-as-rows dK/dV + dQ kernel (kernels/bwdrows_hopper.py;
     d=128's default, d=64 with ``FLASHTILE_GLUON_BWD_ROWS=1``) in place of the transposed
     one, one program per item (causal; d=128 unmasked 1k: 128 items, fewer than the H200's
@@ -140,10 +142,13 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, shared, h
     staging tiles): no spills, no serialised wgmma (at most one wait per 4 HGMMA), its HGMMA
     count (d=128 per consumer and tile S 8, dP 8, dV 4, dK 4, dQ 2 x 4; d=64 S 4, dP 4, dV
     4, dK 4, dQ 2 x 2; doubled by the peeled last tile) and the shared memory it had
-    offline, within one H200 SM's. (The forward compiled beside it spills 28 B at d=128
+    offline, within one H200 SM's. Causal up to 1k keys the second consumer skips its
+    masked tiles by default (``FLASHTILE_GLUON_BWD_SKIP_MASKED``: 4 HGMMA more, the skipped
+    tile's dQ products; ``0``: none). (The forward compiled beside it spills 28 B at d=128
     unmasked: item-level values outside the tile loops, since its loop runs two tiles a trip,
     measured 1.1% faster all the same (kernels/fwd_hopper.py); held under 32 B here.)"""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", skip)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
     fwd_spills = d == 128 and mask == "--no-causal"
     # (the script exits 1 on any spill: the forward's allowance is checked below)
