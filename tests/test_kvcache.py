@@ -613,7 +613,9 @@ BAD = {
     "rotary-too-short": _bad(
         _set(rotary_cos=lambda i: i.kwargs["rotary_cos"][:40],
              rotary_sin=lambda i: i.kwargs["rotary_sin"][:40]),
-        ValueError, "rotary_cos/rotary_sin have 40 rows but sequence 1 needs"),
+        ValueError, r"rotary_cos/rotary_sin have 40 rows but sequence 1 needs positions up to "
+                    r"57 \(cache_seqlens \+ seqlen_new - 1\); use tables with at least "
+                    r"max\(cache_seqlens\) \+ seqlen_new = 58 rows"),
     "rotary-wrong-dtype": _bad(
         _set(rotary_cos=lambda i: i.kwargs["rotary_cos"].double(),
              rotary_sin=lambda i: i.kwargs["rotary_sin"].double()),

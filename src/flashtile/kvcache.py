@@ -501,11 +501,11 @@ def check_values(q: torch.Tensor, k_cache: torch.Tensor, call: KVCacheCall) -> N
         short = need > seqlen_ro
         if short.any():
             i = first(short)
+            span = "max(seqlen_new, seqlen_q)" if call.rotary_q_steps else "seqlen_new"
             raise ValueError(
                 f"rotary_cos/rotary_sin have {seqlen_ro} rows but sequence {i} needs positions "
-                f"up to {int(need[i]) - 1} (cache_seqlens + "
-                f"{'max(seqlen_new, seqlen_q)' if call.rotary_q_steps else 'seqlen_new'} - 1); "
-                "use tables with at least cache_seqlens + seqlen_new rows")
+                f"up to {int(need[i]) - 1} (cache_seqlens + {span} - 1); use tables with at "
+                f"least max(cache_seqlens) + {span} = {int(need.max())} rows")
 
 
 # ----------------------------------------------------------------------------------------------
