@@ -66,13 +66,13 @@ def shard_files(weights: dict[str, float], n: int) -> list[set[str]]:
 
 def read_test_times(path: str) -> dict[str, float]:
     """Seconds per test file from a log that ``FLASHTILE_TEST_TIMES`` wrote (tab-separated:
-    file, test id, phase, seconds, outcome; a run cut off still leaves its finished lines)."""
+    test id, phase, seconds, outcome; a run cut off still leaves its finished lines)."""
     seconds: dict[str, float] = collections.defaultdict(float)
     with open(path) as log:
         for line in log:
             fields = line.rstrip("\n").split("\t")
-            if len(fields) == 5:
-                seconds[fields[0]] += float(fields[3])
+            if len(fields) == 4:
+                seconds[fields[0].split("::")[0]] += float(fields[2])
     return dict(seconds)
 
 
@@ -113,24 +113,15 @@ def _keep_shard(config, items) -> None:
     items[:] = kept
 
 
-_times_config = None
-
-
-def pytest_configure(config):
-    global _times_config
-    _times_config = config
-
-
 def pytest_runtest_logreport(report):
     """``FLASHTILE_TEST_TIMES=log``: every test phase's seconds appended to ``log`` as it
     ends (by the controlling process only, under pytest-xdist), so that a run its limit cuts
     off still tells how long each file took (:func:`read_test_times`)."""
     path = os.environ.get("FLASHTILE_TEST_TIMES", "")
-    if not path or hasattr(_times_config, "workerinput"):
+    if not path or _worker:
         return
     with open(path, "a") as log:
-        log.write(f"{report.nodeid.split('::')[0]}\t{report.nodeid}\t{report.when}\t"
-                  f"{report.duration:.3f}\t{report.outcome}\n")
+        log.write(f"{report.nodeid}\t{report.when}\t{report.duration:.3f}\t{report.outcome}\n")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -67,24 +67,16 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
     (None, True, 2, False, 64, 512, True), (None, True, 2, True, 128, 1024, True),
     (None, True, 4, True, 128, 1024, False), (None, True, 4, False, 64, 1024, False),
     (None, False, 2, False, 64, 1024, False), (None, True, 2, False, 64, 2048, False),
-    (None, True, 2, True, 128, 2048, False), ("1", True, 2, True, 64, 1024, "64,16,2,240"),
-    ("1", True, 2, False, 64, 1024, "64,16,2,240")])
+    (None, True, 2, True, 128, 2048, False)])
 def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, seqlen, skips):
     """The second consumer skips each causal item's tiles above its keys, in two passes and
     in one; :mod:`.bwd_hopper`'s kernel only with one query head per KV head (GQA 2:1 here
     does not), the rows kernel (:mod:`.bwdrows_hopper`, d=128's one pass) with GQA too, its
     ring then in query-tile order (``HEADS_INNER``). Unset or ``auto``: up to
     :data:`bwd_hopper.SKIP_UPTO` work items per head (1k keys, not 2k) and one query head per
-    KV head; ``1`` at every length (the rows kernel with GQA too), ``0`` never. A config
-    string for ``skips``: that config (``FLASHTILE_GLUON_BWD_CONFIG``) with more skipped
-    tiles (64 keys / 16 queries) than ring slots (2), where :mod:`.bwd_hopper`'s one pass
-    must not skip (it would deadlock) and its two passes may. What the launch gets. Runs on
-    the CPU: the launch is captured, not made."""
+    KV head; ``1`` at every length (the rows kernel with GQA too), ``0`` never. What the
+    launch gets. Runs on the CPU: the launch is captured, not made."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
-    if isinstance(skips, str):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", skips)
-        skips = not one_pass
     seen = gluon_launches(monkeypatch, run=False, full=True)
     if value is None:
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", raising=False)

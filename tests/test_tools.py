@@ -358,7 +358,7 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     out = pytest_run(FLASHTILE_TEST_TIMES=str(log))
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [line.split("\t") for line in log.read_text().splitlines()]
-    assert len(lines) == 8 * 3 and all(len(f) == 5 for f in lines)   # (setup, call, teardown)
+    assert len(lines) == 8 * 3 and all(len(f) == 4 for f in lines)   # (setup, call, teardown)
     seconds = read_test_times(str(log))
     assert seconds["test_slow.py"] >= 0.6 > seconds["test_many.py"] + seconds["test_some.py"]
     kept = []

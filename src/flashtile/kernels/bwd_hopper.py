@@ -240,7 +240,10 @@ def _masked_tiles(skip_masked, half, keys, queries):
 def _pass_slots(ready, empty, start, stop, NUM_STAGES: gl.constexpr):
     """Release the ring's loads ``[start, stop)`` unread (tiles this consumer skips). Each
     wait for its load comes first: an arrival before the loader has refilled the slot would
-    count towards the slot's previous load and free it before the other consumer read it."""
+    count towards the slot's previous load and free it before the other consumer read it. In
+    a one pass, release each load just before its tile's dS hand-over, never all first: the
+    other consumer awaits that hand-over before it frees a slot, so more skipped loads than
+    ring slots would deadlock (session 33: the rows kernel with GQA hung on the H200)."""
     for r in range(start, stop):
         mbarrier.wait(ready.index(r % NUM_STAGES), (r // NUM_STAGES) & 1)
         mbarrier.arrive(empty.index(r % NUM_STAGES), count=1)
@@ -475,13 +478,16 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         if SKIP > 0:    # (tiles 0 .. SKIP-1: wholly masked for this consumer's keys)
-            _pass_slots(ready, empty, it, it + SKIP, NUM_STAGES)
             if ONE_PASS:
                 ds_zero = gl.zeros([BLOCK_N, BLOCK_M], dtype, s_layout)
                 for t in range(SKIP):
+                    # (each slot just before its hand-over: :func:`_pass_slots`)
+                    _pass_slots(ready, empty, it + t, it + t + 1, NUM_STAGES)
                     _skipped_dq(k_smem, ds_smem, dq_smem, dq_desc, ds_ready, ds_free, ds_zero,
                                 dq_zero, it + t, c, t, i0, n_i, q_row0, q_col0, sm_scale, HALF,
                                 BLOCK_M, HEAD_D, KV_BUFS)
+            else:
+                _pass_slots(ready, empty, it, it + SKIP, NUM_STAGES)
         # (the next tile's S^T and dP^T in flight across dV and dK)
         mbarrier.wait(ready.index((it + SKIP) % NUM_STAGES), ((it + SKIP) // NUM_STAGES) & 1)
         st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, (it + SKIP) % NUM_STAGES,
@@ -872,10 +878,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             # (MHA only; in one pass the skipped loads must fit the ring: _dkdv_consume
-             # releases them all before the first dS hand-over, which the other consumer
-             # awaits before it frees a slot)
-             SKIP_MASKED=skips_masked(causal, n_ntiles) and hq == hkv
-             and (dq_acc is None or block_n // block_m <= stages)),
+             SKIP_MASKED=skips_masked(causal, n_ntiles) and hq == hkv),    # (MHA only)
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

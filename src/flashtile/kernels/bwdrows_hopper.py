@@ -266,10 +266,7 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     if SKIP > 0:
         ds_zero = gl.zeros([BLOCK_M, BLOCK_N], ds_smem.dtype, s_layout)
         for u in range(n_skip):
-            # (each slot released just before its hand-over: with GQA there are more skipped
-            # loads than ring slots, and waiting for all of them first deadlocked, session 33:
-            # the loader's refill needs the other consumer's release, which needs this one's
-            # dS half)
+            # (each slot just before its hand-over: :func:`.bwd_hopper._pass_slots`)
             bwd_hopper._pass_slots(ready, empty, it + u, it + u + 1, NUM_STAGES)
             _skipped_tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), dq_desc, k_smem,
                           ds_smem, dq_buf, ds_ready, ds_free, dq_zero, ds_zero, i0, n_i,
