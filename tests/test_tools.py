@@ -28,6 +28,18 @@ def _run(script: str, *args: str, ok=(0,)) -> str:
     return proc.stdout
 
 
+def _pytest_child(tmp_path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """A pytest run over the small tree in ``tmp_path``, its environment free of this run's
+    own: under xdist PYTEST_XDIST_WORKER would make the child's conftest act as a worker (no
+    times log), and this run's FLASHTILE_TEST_* (the GPU session's log and shard) would steer
+    or fill the child's."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PYTEST_XDIST", "FLASHTILE_TEST_"))}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           *args, str(tmp_path)], capture_output=True, text=True,
+                          env={**base, **env}, cwd=tmp_path, timeout=300)
+
+
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
 def test_inspect_kernels_compiles_for_hopper():
     out = _run("inspect_kernels.py", "--d", "64", "--seqlen", "256", "--fwd", "64,64,4,2",
@@ -320,17 +332,12 @@ def test_shard_variable_selects_and_refuses(tmp_path):
         (Path(__file__).parent / "conftest.py").read_text())
     seen = []
     for spec in ("1/2", "2/2"):
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p",
-                              "no:cacheprovider", str(tmp_path)], capture_output=True,
-                             text=True, env={**os.environ, "FLASHTILE_TEST_SHARD": spec},
-                             cwd=tmp_path)
+        out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD=spec)
         assert out.returncode == 0, out.stdout + out.stderr
         seen.append({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line})
     assert seen[0] and seen[1] and not seen[0] & seen[1]
     assert seen[0] | seen[1] == {"test_x.py", "test_y.py", "test_z.py"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", str(tmp_path)],
-                         capture_output=True, text=True,
-                         env={**os.environ, "FLASHTILE_TEST_SHARD": "3/2"}, cwd=tmp_path)
+    out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD="3/2")
     assert out.returncode != 0 and "FLASHTILE_TEST_SHARD must be i/n" in out.stdout + out.stderr
 
 
@@ -350,12 +357,7 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
         (Path(__file__).parent / "conftest.py").read_text())
     log = tmp_path / "times.tsv"
 
-    def pytest_run(*args, **env):
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               *args, str(tmp_path)], capture_output=True, text=True,
-                              env={**os.environ, **env}, cwd=tmp_path)
-
-    out = pytest_run(FLASHTILE_TEST_TIMES=str(log))
+    out = _pytest_child(tmp_path, FLASHTILE_TEST_TIMES=str(log))
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [line.split("\t") for line in log.read_text().splitlines()]
     assert len(lines) == 8 * 3 and all(len(f) == 4 for f in lines)   # (setup, call, teardown)
@@ -363,7 +365,7 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     assert seconds["test_slow.py"] >= 0.6 > seconds["test_many.py"] + seconds["test_some.py"]
     kept = []
     for spec in ("1/2", "2/2"):
-        out = pytest_run("--collect-only", FLASHTILE_TEST_SHARD=spec,
+        out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD=spec,
                          FLASHTILE_TEST_SHARD_TIMES=str(log))
         assert out.returncode == 0, out.stdout + out.stderr
         kept.append({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line})
@@ -371,7 +373,7 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     weights = file_weights({"a.py": 10, "b.py": 4, "c.py": 2}, {"a.py": 5.0, "b.py": 1.0})
     assert weights == {"a.py": 5.0, "b.py": 1.0, "c.py": 2 * 6.0 / 14}
     assert file_weights({"a.py": 3}, None) == {"a.py": 3.0}
-    out = pytest_run("--collect-only", FLASHTILE_TEST_SHARD="1/2",
+    out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD="1/2",
                      FLASHTILE_TEST_SHARD_TIMES=str(tmp_path / "none.tsv"))
     assert out.returncode != 0 and "no such file" in out.stdout + out.stderr
 
