@@ -55,9 +55,12 @@ for step in $STEPS; do
       # then =2/2 in the next call, runs half the test files each (tests/conftest.py). The
       # shards are balanced by test counts, not time (in session 32 shard 1 took 178 s and
       # shard 2 outlasted 480 s), unless FLASHTILE_TEST_SHARD_TIMES names an earlier run's
-      # $OUT/times.tsv (kept under docs/results/). The shell shows pytest's summary. At
-      # TESTS_TIMEOUT pytest gets SIGINT, so that it still prints its counts and the summary
-      # (SIGKILL 20 s later).
+      # $OUT/times.tsv: by default docs/results/gpu-test-times.tsv, the whole suite's seconds
+      # in session 34 (both shards' logs; refresh it when the suite grows). The shell shows
+      # pytest's summary. At TESTS_TIMEOUT pytest gets SIGINT, so that it still prints its
+      # counts and the summary (SIGKILL 20 s later).
+      [ -f docs/results/gpu-test-times.tsv ] \
+        && export FLASHTILE_TEST_SHARD_TIMES=${FLASHTILE_TEST_SHARD_TIMES:-docs/results/gpu-test-times.tsv}
       FLASHTILE_TEST_TIMES="$OUT/times.tsv" FLASHTILE_AUTOTUNE=0 timeout -s INT -k 20 ${TESTS_TIMEOUT:-560} \
         python3 -m pytest tests -q -rfEs "${test_opts[@]}" \
         -n ${TEST_PROCS:-$(nproc)} -p no:cacheprovider --durations=0 --durations-min=1 2>&1 \
