@@ -61,7 +61,7 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
 @pytest.mark.parametrize("value,causal,hq,one_pass,d,seqlen,skips", [
     ("1", True, 2, False, 64, 1024, True), ("1", False, 2, False, 64, 1024, False),
     ("1", True, 4, False, 64, 1024, False), ("1", True, 2, True, 64, 1024, True),
-    ("1", True, 2, True, 128, 1024, True), ("1", True, 4, True, 128, 1024, True),
+    ("1", True, 2, True, 128, 1024, True), ("1", True, 4, True, 128, 1024, False),
     ("1", True, 2, False, 64, 2048, True), ("0", True, 2, False, 64, 1024, False),
     ("0", True, 4, True, 128, 512, False), ("auto", True, 2, False, 64, 1024, True),
     (None, True, 2, False, 64, 512, True), (None, True, 2, True, 128, 1024, True),
@@ -70,12 +70,11 @@ def test_causal_chunks_of_key_tiles_by_head_dim(monkeypatch, d, seqlen, group):
     (None, True, 2, True, 128, 2048, False)])
 def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, seqlen, skips):
     """The second consumer skips each causal item's tiles above its keys, in two passes and
-    in one; :mod:`.bwd_hopper`'s kernel only with one query head per KV head (GQA 2:1 here
-    does not), the rows kernel (:mod:`.bwdrows_hopper`, d=128's one pass) with GQA too, its
-    ring then in query-tile order (``HEADS_INNER``). Unset or ``auto``: up to
-    :data:`bwd_hopper.SKIP_UPTO` work items per head (1k keys, not 2k) and one query head per
-    KV head; ``1`` at every length (the rows kernel with GQA too), ``0`` never. What the
-    launch gets. Runs on the CPU: the launch is captured, not made."""
+    in one (:mod:`.bwdrows_hopper`'s kernel at d=128), only with one query head per KV head
+    (GQA 2:1 here does not, forced or not). Unset or ``auto``: up to
+    :data:`bwd_hopper.SKIP_UPTO` work items per head (1k keys, not 2k); ``1`` at every
+    length, ``0`` never. What the launch gets. Runs on the CPU: the launch is captured, not
+    made."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     seen = gluon_launches(monkeypatch, run=False, full=True)
     if value is None:
@@ -93,19 +92,17 @@ def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, seqlen, s
     assert role == "dkdv" and meta["SKIP_MASKED"] is skips
     if d == 128 and one_pass:   # (the rows kernel: a one pass by construction)
         assert kernel is bwdrows_hopper._dkdv_rows_kernel
-        assert meta["HEADS_INNER"] is (skips and hq > 2)
     else:
         assert kernel is bwd_hopper._dkdv_hopper_kernel and meta["ONE_PASS"] is one_pass
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "yes")
     with pytest.raises(ValueError, match="0, 1 or 'auto'"):
-        bwd_hopper.skips_masked(True, 8)
+        bwd_hopper.skips_masked(True, 8, False)
 
 
-def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass,
-                      with_gqa=False) -> None:
+def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) -> None:
     """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` over one call: all three gradients within budget
     (``test_kernels.check``), one launch of the dK/dV kernel, with the skip exactly where it
-    applies (causal; with one query head per KV head unless ``with_gqa``, the rows kernel)."""
+    applies (causal, one query head per KV head)."""
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic" if one_pass else "two-pass")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
     launches = gluon_launches(monkeypatch)
@@ -115,7 +112,7 @@ def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass,
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
     # (the rows kernel, d=128's default one pass, has no ONE_PASS switch: it is one)
     assert meta.get("ONE_PASS", True) is one_pass
-    assert meta["SKIP_MASKED"] is (causal and (with_gqa or hq == hkv))
+    assert meta["SKIP_MASKED"] is (causal and hq == hkv)
 
 
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
@@ -142,11 +139,10 @@ def test_skip_masked_tiles_one_pass(gluon_calls, monkeypatch, shape, causal, dty
 def test_skip_masked_tiles_rows(gluon_calls, monkeypatch, shape, causal, dtype):
     """The skip in the rows kernel's one pass (:mod:`.bwdrows_hopper`: d=128's default, d=64
     with ``FLASHTILE_GLUON_BWD_ROWS=1``): the second consumer's first tile of each query head
-    only hands over a zero dS half and adds its dQ columns from the other's; with GQA (4:1)
-    the ring carries the item's tiles query tile by query tile."""
+    only hands over a zero dS half and adds its dQ columns from the other's; GQA (4:1)
+    unchanged."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
-    check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True,
-                      with_gqa=True)
+    check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
     assert plans.gluon_configs["dkdv"].startswith("gluon rows"), plans.gluon_configs
 
 

@@ -348,7 +348,9 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     would pair it with another. :func:`file_weights` fills a file missing from the log by its
     count times the mean seconds per test, and a missing log is a usage error."""
     from conftest import file_weights, read_test_times
-    files = {"test_slow.py": "import time\ndef test_0():\n    time.sleep(0.6)\n",
+    # (the slow file runs first: the first test's setup also imports flashtile, which under a
+    # loaded machine took longer than the sleep and made a fast file look slow)
+    files = {"test_a_slow.py": "import time\ndef test_0():\n    time.sleep(0.6)\n",
              "test_many.py": "".join(f"def test_{k}():\n    pass\n" for k in range(4)),
              "test_some.py": "".join(f"def test_{k}():\n    pass\n" for k in range(3))}
     for name, text in files.items():
@@ -362,14 +364,14 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     lines = [line.split("\t") for line in log.read_text().splitlines()]
     assert len(lines) == 8 * 3 and all(len(f) == 4 for f in lines)   # (setup, call, teardown)
     seconds = read_test_times(str(log))
-    assert seconds["test_slow.py"] >= 0.6 > seconds["test_many.py"] + seconds["test_some.py"]
+    assert seconds["test_a_slow.py"] >= 0.6 > seconds["test_many.py"] + seconds["test_some.py"]
     kept = []
     for spec in ("1/2", "2/2"):
         out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD=spec,
                          FLASHTILE_TEST_SHARD_TIMES=str(log))
         assert out.returncode == 0, out.stdout + out.stderr
         kept.append({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line})
-    assert {"test_slow.py"} in kept and {"test_many.py", "test_some.py"} in kept
+    assert {"test_a_slow.py"} in kept and {"test_many.py", "test_some.py"} in kept
     weights = file_weights({"a.py": 10, "b.py": 4, "c.py": 2}, {"a.py": 5.0, "b.py": 1.0})
     assert weights == {"a.py": 5.0, "b.py": 1.0, "c.py": 2 * 6.0 / 14}
     assert file_weights({"a.py": 3}, None) == {"a.py": 3.0}

@@ -160,12 +160,11 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                GROUP: gl.constexpr, q_desc2, do_desc2, q_smem2, do_smem2,
-               HEAD_D2: gl.constexpr, HEADS_INNER: gl.constexpr = False):
+               HEAD_D2: gl.constexpr):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
     across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
-    query head ``t // n_i``, in the order of :func:`_tile_in_order`; a slot is refilled only
-    after both consumers released it. A split head dim (``HEAD_D2`` > 0) loads each tile's
+    query head ``t // n_i``; a slot is refilled only after both consumers released it. A split head dim (``HEAD_D2`` > 0) loads each tile's
     second part into ``q_smem2``/``do_smem2``."""
     it = 0
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
@@ -173,10 +172,9 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
             BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
         for u in range(n_t):
-            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u,
-                           _tile_in_order(u, n_i, group, HEADS_INNER), i0, n_i, q_row0,
-                           q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2, do_desc2,
-                           q_smem2, do_smem2)
+            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0,
+                           n_i, q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES,
+                           q_desc2, do_desc2, q_smem2, do_smem2)
         it += n_t
 
 
@@ -213,18 +211,6 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
 def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
     """Sequence positions of tile t's queries (tile t: query tile ``i0 + t % n_i``)."""
     return (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
-
-
-@gluon.jit
-def _tile_in_order(u, n_i, group, HEADS_INNER: gl.constexpr):
-    """The item's tile (t: query tile ``i0 + t % n_i`` of query head ``t // n_i``) that the
-    ring carries u-th: the heads one after the other, or (``HEADS_INNER``, the masked-tile
-    skip with GQA, :func:`skips_masked`) every head's tile of a query tile before the next
-    query tile, so that the tiles a consumer skips come first in the item."""
-    if HEADS_INNER:
-        return (u % group) * n_i + u // group
-    else:
-        return u
 
 
 @constexpr_function
@@ -432,8 +418,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     (:func:`_masked_tiles`), releasing their slots unread (one pass: it still computes its
     part of their dQ, :func:`_skipped_dq`); its tile loop starts at ``SKIP``. (A loop counted
     from 0 over the consumer's own tiles, or one over the ring's loads that maps each to its
-    tile, as GQA would need (:func:`_tile_in_order`), made ptxas serialise every wgmma,
-    C7512; this one does not.)"""
+    tile, as GQA would need, made ptxas serialise every wgmma, C7512; this one does not.)"""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -780,31 +765,30 @@ def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
 SKIP_UPTO = 8
 
 
-def skips_masked(causal: bool, n_ntiles: int, gqa: bool = False) -> bool:
+def skips_masked(causal: bool, n_ntiles: int, gqa: bool) -> bool:
     """Whether the second consumer skips each causal item's (Q, dO) tiles that lie wholly
-    above its keys (:func:`_masked_tiles`), for ``n_ntiles`` work items per KV head. At d=64
-    that is one of an item's tiles: ~10% of this kernel's products at 512 and ~5% at 1k in two
-    passes; a one pass still computes the tile's dQ part (4 of 5 products saved). In
-    :mod:`.bwdrows_hopper`'s one pass (d=128's default) 4.5 of 5. With GQA those tiles recur
-    within the item, once per query head: the rows kernel then has the ring carry the item's
-    tiles query tile by query tile (``HEADS_INNER``, :func:`_tile_in_order`) so that they come
-    first; this kernel skips only with one query head per KV head (mapping each load to its
-    tile in its tile loop made ptxas serialise every wgmma, C7512).
+    above its keys (:func:`_masked_tiles`), for ``n_ntiles`` work items per KV head, with
+    (``gqa``) or without several query heads per KV head. At d=64 that is one of an item's
+    tiles: ~10% of this kernel's products at 512 and ~5% at 1k in two passes; a one pass still
+    computes the tile's dQ part (4 of 5 products saved). In :mod:`.bwdrows_hopper`'s one pass
+    (d=128's default) 4.5 of 5.
 
     Measured (session 33, H200, bf16, causal MHA fwd+bwd kernel sums, two alternating rounds,
     the skip against none): d=64 0.934x at 512, 0.956x at 1k (two passes), 0.999x at 2k and
     1.017x at 4k (one pass); d=96 0.972x / 0.984x / 1.005x / 0.990x; d=128 (rows kernel)
     0.985x / 0.961x / 1.016x / 1.019x. So by default it skips up to :data:`SKIP_UPTO` items
-    per head (1k keys), where the saved products are a large share and the item loop short,
-    and only with one query head per KV head (``gqa`` False): the rows kernel's GQA skip
-    deadlocked on the H200 in session 33 (more skipped loads than ring slots, all released
-    before the first dS hand-over); mended since, but not yet run on a GPU.
-    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` forces it at every length (GQA too, in the rows
-    kernel), ``0`` turns it off."""
+    per head (1k keys), where the saved products are a large share and the item loop short;
+    ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` forces it at every length, ``0`` turns it off.
+
+    Never with GQA, where the masked tiles recur within the item, once per query head. This
+    kernel mapping each load to its tile made ptxas serialise every wgmma (C7512, session 32);
+    the rows kernel carried the item's tiles query tile by query tile so that they came first,
+    and measured 1.075x / 1.132x of no skip at d=128 8:1 causal 512 / 1k (session 34, fwd+bwd
+    kernel sums, two rounds; its first form deadlocked, session 33): removed since."""
     forced = env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED")
-    if forced is None:
-        return causal and not gqa and n_ntiles <= SKIP_UPTO
-    return causal and forced
+    if not causal or gqa:
+        return False
+    return n_ntiles <= SKIP_UPTO if forced is None else forced
 
 
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
@@ -878,6 +862,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, n_ntiles) and hq == hkv),    # (MHA only)
+             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv)),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

@@ -74,13 +74,14 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 - offline (``scripts/inspect_kernels.py --gluon --one-pass --d 128 [--causal]``): 0 B of spills,
   128 HGMMA for 8 waits, no C75xx warning; with ``SKIP_MASKED`` (session 32, causal: the second
   consumer's first tile, above its keys, only hands over a zero dS half and adds its dQ
-  columns, :func:`_skipped_tile`; with GQA the ring in query-tile order, ``HEADS_INNER``) 0 B,
-  132 HGMMA for 9 waits, MHA and GQA 4:1; off, the SASS is identical to before. On the H200
-  (session 33, MHA fwd+bwd kernel sums) 0.985x at 512, 0.961x at 1k, 1.016x/1.019x at 2k/4k,
-  so on up to 1k keys with MHA (:func:`.bwd_hopper.skips_masked`). With GQA (forced only) it
-  deadlocked there (session 33: all of an item's skipped loads, one per query head, released
-  before the first dS hand-over, more than the ring's 2 slots); each is now released just
-  before its hand-over (the MHA SASS unchanged), not yet re-run on a GPU;
+  columns, :func:`_skipped_tile`) 0 B, 132 HGMMA for 9 waits; off, the SASS is identical to
+  before. On the H200 (session 33, MHA fwd+bwd kernel sums) 0.985x at 512, 0.961x at 1k,
+  1.016x/1.019x at 2k/4k, so on up to 1k keys (:func:`.bwd_hopper.skips_masked`). With GQA,
+  the ring carrying the item's tiles query tile by query tile so that the skipped ones (one
+  per query head) came first: deadlocked as first written (session 33: all skipped loads
+  released before the first dS hand-over, more than the ring's 2 slots; each is now released
+  just before its hand-over), then, mended, 1.075x / 1.132x of no skip at 8:1 causal 512 /
+  1k (session 34): removed;
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -97,7 +98,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tile_in_order, _tma_reduce_add
+from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
 from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -241,13 +242,12 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                SKIP_MASKED: gl.constexpr, HEADS_INNER: gl.constexpr):
+                SKIP_MASKED: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
-    last dQ products have read this one's K. ``SKIP_MASKED``: the second consumer's tiles
-    above its keys (each query head's first; with GQA the ring carries them first,
-    ``HEADS_INNER``: :func:`.bwd_hopper._tile_in_order`) only hand over and add their dQ
+    last dQ products have read this one's K. ``SKIP_MASKED`` (one query head per KV head): the
+    second consumer's tiles above its keys, the item's first, only hand over and add their dQ
     (:func:`_skipped_tile`). Returns dK, dV (fp32, unscaled), the item's K/V row and column
     and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
@@ -259,21 +259,17 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
     SKIP: gl.constexpr = bwd_hopper._masked_tiles(SKIP_MASKED, HALF, BLOCK_N, BLOCK_M)
-    if HEADS_INNER:     # (the ring's first n_skip loads of the item are the masked ones)
-        n_skip = SKIP * group
-    else:
-        n_skip: gl.constexpr = SKIP
     if SKIP > 0:
         ds_zero = gl.zeros([BLOCK_M, BLOCK_N], ds_smem.dtype, s_layout)
-        for u in range(n_skip):
+        for u in range(SKIP):
             # (each slot just before its hand-over: :func:`.bwd_hopper._pass_slots`)
             bwd_hopper._pass_slots(ready, empty, it + u, it + u + 1, NUM_STAGES)
-            _skipped_tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), dq_desc, k_smem,
-                          ds_smem, dq_buf, ds_ready, ds_free, dq_zero, ds_zero, i0, n_i,
-                          q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D)
+            _skipped_tile(it + u, u, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free,
+                          dq_zero, ds_zero, i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M,
+                          HEAD_D)
     dk = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
     dv = gl.zeros([BLOCK_N, HEAD_D], gl.float32, g_layout)
-    first = it + n_skip                             # (its first tile's S and dP, before the loop)
+    first = it + SKIP                               # (its first tile's S and dP, before the loop)
     slot = first % NUM_STAGES
     z = first >> 30                                 # (opaque zero: see :func:`_tile`)
     mbarrier.wait(ready.index(slot), (first // NUM_STAGES) & 1)
@@ -281,9 +277,8 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                       use_acc=False, is_async=True)
     dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
                        use_acc=False, is_async=True)
-    for u in range(n_skip, n_t - 1):
-        dk, dv, s, dp = _tile(it + u, _tile_in_order(u, n_i, group, HEADS_INNER), s, dp, dk,
-                              dv, dq_desc, k_smem, v_smem, q_smem,
+    for u in range(SKIP, n_t - 1):
+        dk, dv, s, dp = _tile(it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
                               do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
                               LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
                               n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
@@ -307,8 +302,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
-                  HEADS_INNER: gl.constexpr):
+                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -341,7 +335,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, HEADS_INNER)
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
@@ -360,7 +354,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP, SKIP_MASKED, HEADS_INNER)
+            CAUSAL, GROUP, SKIP_MASKED)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
 
@@ -387,8 +381,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
-                      HEADS_INNER: gl.constexpr = False):
+                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -421,17 +414,16 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED, HEADS_INNER)),
+                         GROUP, PERSISTENT, SKIP_MASKED)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED, HEADS_INNER)),
+                         GROUP, PERSISTENT, SKIP_MASKED)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
-                      HEADS_INNER)),
+                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -483,7 +475,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_ntiles = sk // (2 * block_n)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
-    skip = bwd_hopper.skips_masked(causal, n_ntiles, gqa=hq > hkv)
     # (the dQ accumulator's TMA blocks: a consumer's part, half the head dim)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
@@ -498,7 +489,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
-             SKIP_MASKED=skip, HEADS_INNER=skip and hq > hkv,
+             SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > hkv),
              GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
                                            "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv",
