@@ -138,9 +138,9 @@ def test_skip_masked_tiles_one_pass(gluon_calls, monkeypatch, shape, causal, dty
                    (2, 1024, 4, 4, 64)])
 def test_skip_masked_tiles_rows(gluon_calls, monkeypatch, shape, causal, dtype):
     """The skip in the rows kernel's one pass (:mod:`.bwdrows_hopper`: d=128's default, d=64
-    with ``FLASHTILE_GLUON_BWD_ROWS=1``): the second consumer's first tile of each query head
-    only hands over a zero dS half and adds its dQ columns from the other's; GQA (4:1)
-    unchanged."""
+    with ``FLASHTILE_GLUON_BWD_ROWS=1``): the second consumer's tiles above its keys only
+    hand over a zero dS half and add their dQ columns from the other's; GQA (4:1) unchanged,
+    no skip."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
     assert plans.gluon_configs["dkdv"].startswith("gluon rows"), plans.gluon_configs

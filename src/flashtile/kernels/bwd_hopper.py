@@ -164,8 +164,8 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
     across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
-    query head ``t // n_i``; a slot is refilled only after both consumers released it. A split head dim (``HEAD_D2`` > 0) loads each tile's
-    second part into ``q_smem2``/``do_smem2``."""
+    query head ``t // n_i``; a slot is refilled only after both consumers released it. A split
+    head dim (``HEAD_D2`` > 0) loads each tile's second part into ``q_smem2``/``do_smem2``."""
     it = 0
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
