@@ -1,5 +1,5 @@
 # Prepared in session 34 (copy to docs/results/<date>-sNN-callK/callK.sh, commit, run; about
-# 420 s): the d=64 dK/dV kernel's ring depth and its causal chunk size at the causal points
+# 420 s): the d=64 dK/dV kernel's ring depth, causal chunk size and grid at the causal points
 # where its one pass runs (2k, 4k; fwd+bwd kernels 0.87-0.91x cuDNN in session 34).
 # - Ring depth, FLASHTILE_GLUON_BWD_CONFIG=64,64,6,240 against the default 4 slots: shared
 #   memory (offline, sm_90a, one pass) 197 KB against 164 KB, one program per SM either
@@ -11,10 +11,14 @@
 #   items per head; 1 up to 8), last measured against 8 in session 13, before the one pass
 #   and the persistent grid changed an item's length. Prediction level to -2% at 2k (16
 #   items: chunks of 8 are half a head, the heaviest-first order mostly lost), level at 4k.
-# Kernel sums, three alternating rounds.
+# - One program per item, FLASHTILE_GLUON_BWD_PERSISTENT=0, against d=64's persistent grid
+#   (persistent_ahead: session 12, -1% to +7% beyond 512, before the one pass, the skip and
+#   the one-loop dQ). Prediction level to +2% (a causal grid of uneven items wants the
+#   persistent grid's balance).
+# Kernel sums, three alternating rounds (~25 s a run: warm-up + 12 runs, ~330 s).
 export PYTHONPATH=$PWD/src; O=$OUT
 ( OUT=$O/b; AB_ROUNDS=3 AB_BUDGET=420 AB_TIMEOUT=45 AB_COMPILE_S=30 \
-  AB_ENVS="FLASHTILE_GLUON_BWD_CONFIG=64,64,6,240;FLASHTILE_GLUON_BWD_GROUP=4" \
+  AB_ENVS="FLASHTILE_GLUON_BWD_CONFIG=64,64,6,240;FLASHTILE_GLUON_BWD_GROUP=4;FLASHTILE_GLUON_BWD_PERSISTENT=0" \
   AB_CMD="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --mode fwdbwd --kernel-times --headdims 64 --causal yes --seqlens 2k,4k" \
   bash scripts/gpu_session.sh ab ) > $O/b.log 2>&1
 tail -8 $O/b.log
