@@ -368,7 +368,7 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     kept = []
     for spec in ("1/2", "2/2"):
         out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD=spec,
-                         FLASHTILE_TEST_SHARD_TIMES=str(log))
+                            FLASHTILE_TEST_SHARD_TIMES=str(log))
         assert out.returncode == 0, out.stdout + out.stderr
         kept.append({line.split("::")[0] for line in out.stdout.splitlines() if "::" in line})
     assert {"test_a_slow.py"} in kept and {"test_many.py", "test_some.py"} in kept
@@ -376,7 +376,7 @@ def test_test_times_log_and_shards_balanced_by_it(tmp_path):
     assert weights == {"a.py": 5.0, "b.py": 1.0, "c.py": 2 * 6.0 / 14}
     assert file_weights({"a.py": 3}, None) == {"a.py": 3.0}
     out = _pytest_child(tmp_path, "--collect-only", FLASHTILE_TEST_SHARD="1/2",
-                     FLASHTILE_TEST_SHARD_TIMES=str(tmp_path / "none.tsv"))
+                        FLASHTILE_TEST_SHARD_TIMES=str(tmp_path / "none.tsv"))
     assert out.returncode != 0 and "no such file" in out.stdout + out.stderr
 
 
