@@ -166,6 +166,25 @@ def test_kv_buffers_follow_the_grid(monkeypatch, persistent):
     assert meta["KV_BUFS"] == (2 if persistent else 1)
 
 
+@pytest.mark.parametrize("causal,seqlen,per_sm", [(False, 2048, True), (True, 1024, True),
+                                                   (True, 2048, False)])
+def test_default_grid_at_d64(monkeypatch, causal, seqlen, per_sm):
+    """d=64's default grid (:func:`.bwd_hopper.persistent_ahead`): one program per SM
+    unmasked and causal up to 8 items per head (1k), one per item causal beyond. Runs on the
+    CPU, which gets the H200's grids: the launch is captured, not made."""
+    from flashtile.kernels.common import DEFAULT_SM_COUNT
+    seen = gluon_launches(monkeypatch, run=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_PERSISTENT", raising=False)
+    q, k, v, dout = (torch.randn(2, seqlen, 16, 64, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(2, 16, seqlen)
+    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params)
+    ((role, grid, _),) = seen
+    n_work = bwd_hopper.work_tiles(q, k) * 2 * 16
+    assert role == "dkdv" and n_work > DEFAULT_SM_COUNT
+    assert grid == ((DEFAULT_SM_COUNT,) if per_sm else (n_work,))
+
+
 def test_head_dim_96_config_and_rules(monkeypatch):
     """d=96: 64 keys x 64 queries x 4 slots (measured ahead of 32 queries, session 21),
     d=128's rules for the grid (one program per item) and the causal chunks (never of 1); and

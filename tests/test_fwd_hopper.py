@@ -173,9 +173,14 @@ def test_persistent_grid_size(monkeypatch):
 
 
 def test_persistent_rule_of_dkdv():
-    """Where the dK/dV kernel's persistent grid runs by default (measured, session 12): d=64.
-    (The forward's runs wherever the Gluon forward does.)"""
+    """Where the dK/dV kernel's persistent grid runs by default (measured, sessions 12 and
+    35): d=64, unmasked at any length and causal up to 8 items per head (1k), not causal
+    beyond; never d=128. (The forward's runs wherever the Gluon forward does.)"""
     assert bwd_hopper.persistent_ahead(64) and not bwd_hopper.persistent_ahead(128)
+    assert bwd_hopper.persistent_ahead(64, False, 128)
+    assert bwd_hopper.persistent_ahead(64, True, 8)
+    assert not bwd_hopper.persistent_ahead(64, True, 16)
+    assert not bwd_hopper.persistent_ahead(128, True, 4)
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 1024, 12, 12, 64), (1, 256, 2, 2, 128)])

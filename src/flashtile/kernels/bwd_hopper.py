@@ -59,7 +59,8 @@ Measured (H200, forward+backward; "time": kernel time):
   (session 10); d=96 in two parts: 0.68-0.70x -> 0.82-0.88x cuDNN (sessions 19-20);
 - persistent grid (:func:`persistent_ahead`, ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces):
   d=64 +9% to +29% at 512, -1% to +7% beyond (session 12); d=128 mostly behind, by up to 12%
-  (sessions 12, 15); d=96 time -3% to +3% (session 21);
+  (sessions 12, 15); d=96 time -3% to +3% (session 21); d=64 causal from 2k behind, 3.6% /
+  2.2% at 2k/4k (session 35: one program per item there);
 - one K/V buffer per consumer where a program has one item: +0.4% to +4% at d=128 (session 15);
 - one pass (:func:`one_pass`): d=64 +4% to +9%, d=128 +2% to +10% but not 16k unmasked or causal
   1k (session 14); d=128 causal, the early pass: time -2% to -3% at 512/1k (session 16);
@@ -801,8 +802,14 @@ def call_one_pass(q: torch.Tensor, k: torch.Tensor, params) -> str:
     return one_pass(q.shape[3], fwd_hopper.causal(params), work_tiles(q, k))
 
 
-def persistent_ahead(d: int) -> bool:
-    """Where this kernel's persistent grid measured ahead of one program per item (session 12,
+def persistent_ahead(d: int, causal: bool = False, n_ntiles: int = 0) -> bool:
+    """Where this kernel's persistent grid measured ahead of one program per item, for head
+    dim ``d`` and ``n_ntiles`` work items per KV head: d=64, but not causal with more than 8
+    items per head (where its one pass runs, from 2k). Session 35 (kernel sums, three
+    alternating rounds, d=64 causal fwd+bwd): one program per item 0.964x at 2k (1551 against
+    1609 us), 0.978x at 4k (2700 against 2760): the causal items' unequal lengths, taken in a
+    fixed turn on a persistent grid, leave programs idle (as the rows kernel's causal grid,
+    :func:`.bwdrows_hopper.persistent`). Earlier (session 12,
     H200, bf16, forward+backward in the same runs, 512 to 16k, causal or not): d=64 (ahead at 9
     of 12 points, +0.5% to +29%, the most at 512; within 1% behind at the other three); not
     d=128 (behind at 10 of 12 points, -2% to -8.5%; again in session 15, after one program
@@ -810,7 +817,7 @@ def persistent_ahead(d: int) -> bool:
     causal at 512 to 2k). d=96 takes d=128's rule: with 64 queries per tile and the Gluon dQ
     kernel the persistent grid moved kernel time by -3% to +3% (session 21: ahead at 1k and
     4k unmasked, behind at 16k unmasked and causal 1k/4k)."""
-    return d == 64
+    return d == 64 and not (causal and n_ntiles > 8)     # (:func:`one_pass`'s 8 items)
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> None:
@@ -849,7 +856,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
-                               persistent_ahead(d))
+                               persistent_ahead(d, causal, n_ntiles))
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))
