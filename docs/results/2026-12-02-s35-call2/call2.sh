@@ -1,19 +1,22 @@
-# Session 35 call 2 (~540 s): call 1 found one program per item (FLASHTILE_GLUON_BWD_PERSISTENT=0)
-# ahead of d=64's persistent grid at causal 2k/4k (kernel sums 0.964x / 0.978x, three rounds;
-# predicted level to +2%). Before changing the rule:
-# (b) the same A/B over the whole d=64 grid, causal and not, 512-16k (session 12 measured the
-#     persistent grid +9% to +29% at 512, before the one pass). Prediction: causal ahead (-1%
-#     to -4%) from 1k; unmasked and 512 behind.
+# Session 35 call 2 (~540 s), tree with the new rule (bwd_hopper.persistent_ahead: d=64 causal
+# beyond 8 items per head, i.e. from 2k, takes one program per item; call 1: 0.964x / 0.978x
+# at 2k/4k, three rounds).
+# (t) test_bwd_hopper.py and test_bwdrows_hopper.py on the GPU with the new default.
+# (b) the rule out of sample, d=64 causal fwd+bwd kernel sums at 512, 1k, 8k, 16k: main (new
+#     rule) against FLASHTILE_GLUON_BWD_PERSISTENT=1 (the old grid beyond 1k) and =0 (one per
+#     item also at 512/1k). Prediction: =1 behind by 1-3% at 8k/16k; =0 behind at 512/1k
+#     (session 12: the persistent grid +9% to +29% at 512).
 # (f) the forward's grid, same question (FLASHTILE_GLUON_FWD_PERSISTENT=0), causal d=64 and
-#     d=128 512-16k: the causal forward's snake order on a persistent grid against one program
-#     per item (the hardware's balance). Prediction: level to -2% beyond 1k; behind at 512.
+#     d=128 512-16k. Prediction: level to -2% beyond 1k; behind at 512.
 export PYTHONPATH=$PWD/src; O=$OUT
-( OUT=$O/b; AB_ROUNDS=2 AB_BUDGET=330 AB_TIMEOUT=80 AB_COMPILE_S=30 \
-  AB_ENVS="FLASHTILE_GLUON_BWD_PERSISTENT=0" \
-  AB_CMD="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --mode fwdbwd --kernel-times --headdims 64 --causal both --seqlens 512,1k,2k,4k,8k,16k" \
+( OUT=$O/t; PYTEST_ARGS="tests/test_bwd_hopper.py tests/test_bwdrows_hopper.py" TEST_PROCS=16 \
+  TESTS_TIMEOUT=150 bash scripts/gpu_session.sh pytest ) > $O/t.log 2>&1
+( OUT=$O/b; AB_ROUNDS=2 AB_BUDGET=230 AB_TIMEOUT=45 AB_COMPILE_S=20 \
+  AB_ENVS="FLASHTILE_GLUON_BWD_PERSISTENT=1;FLASHTILE_GLUON_BWD_PERSISTENT=0" \
+  AB_CMD="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --mode fwdbwd --kernel-times --headdims 64 --causal yes --seqlens 512,1k,8k,16k" \
   bash scripts/gpu_session.sh ab ) > $O/b.log 2>&1
-( OUT=$O/f; AB_ROUNDS=2 AB_BUDGET=210 AB_TIMEOUT=50 AB_COMPILE_S=30 \
+( OUT=$O/f; AB_ROUNDS=2 AB_BUDGET=170 AB_TIMEOUT=40 AB_COMPILE_S=20 \
   AB_ENVS="FLASHTILE_GLUON_FWD_PERSISTENT=0" \
   AB_CMD="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --mode fwd --kernel-times --headdims 64,128 --causal yes --seqlens 512,1k,2k,4k,8k,16k" \
   bash scripts/gpu_session.sh ab ) > $O/f.log 2>&1
-tail -16 $O/b.log; tail -16 $O/f.log
+tail -4 $O/t.log; tail -7 $O/b.log; tail -15 $O/f.log
