@@ -309,6 +309,23 @@ def test_ab_table_reads_kernel_sums_per_variant_and_round(tmp_path):
     assert "| fwd d=128 causal 512 bf16 | 200.0 / 300.0 | 250.0 / 250.0 | 1.000 |" in wall, wall
 
 
+def test_rate_table_reads_kernel_rates_per_shape_and_run(tmp_path):
+    """scripts/rate_table.py: one row per (provider, mode, shape), kernel TFLOP/s where recorded
+    (do_bench's otherwise), each run folder a value, and their mean; head counts kept apart."""
+    def run(name, heads, rate, kernel_rate):
+        (tmp_path / name).mkdir(parents=True)
+        row = dict(provider="flashtile", mode="fwd", d=64, causal=False, s=4096, b=4, h=heads,
+                   tflops=rate, kernel_tflops=kernel_rate)
+        (tmp_path / name / "bench-1.json").write_text(json.dumps({"results": [row]}))
+    run("1-h32", 32, 400.0, 470.0)
+    run("2-h32", 32, 400.0, 480.0)
+    run("1-h33", 33, 410.0, None)
+    out = _run("rate_table.py", str(tmp_path))
+    assert "| flashtile | fwd | 64 | full | 4096 | 4 x 32 | 470.0 / 480.0 | 475.0 |" in out, out
+    assert "| flashtile | fwd | 64 | full | 4096 | 4 x 33 | 410.0 | 410.0 |" in out, out
+    assert _run("rate_table.py", str(tmp_path / "none"), ok=(1,)) == ""
+
+
 def test_shards_cover_every_file_once_and_balance():
     """``FLASHTILE_TEST_SHARD``'s split (tests/conftest.py): every file in exactly one shard,
     whole; the shards' test counts within the largest file of each other."""
