@@ -77,7 +77,10 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - P in shared memory, none serialised: d=128 -3% to +10%, d=64 unmasked ahead at 7 of 8 points,
   d=64 causal -3% to -23% (session 11);
 - both products overlapped: +2% to +6% unmasked, -3% to +1% causal (session 12);
-- persistent grid: +19% to +40% at 512, -1% to +5% at 8k/16k (session 12);
+- persistent grid: +19% to +40% at 512, -1% to +5% at 8k/16k (session 12); causal against one
+  program per item, time 0.83-0.98x at 2k-8k (d=64) and 512-8k (d=128), level at 16k
+  (session 36); its last round, part empty (4,096 items = 31 x 132 + 4), costs ~1.4% of
+  the forward, as much as cuDNN's (session 36: 33 heads against 32), so it is not split;
 - snake order: without it the persistent causal forward lost 2-8% at 8k/16k (session 12);
 - causal chunks of 8: +1% to +12% at d=128; of 1 up to :data:`SINGLE_UPTO` (sessions 13, 15);
 - 128 keys x 2 slots at d=128: +8% to +21% unmasked, +1% to +7.5% causal; at d=64 the same
