@@ -287,8 +287,8 @@ def test_preprocess_heads_first(case, dq_mode, varlen, monkeypatch):
         monkeypatch.setenv("FLASHTILE_BWD_PRE_HEADS_FIRST", value)
         got = grads()
         expected = expected or got
-        for a, b in zip(expected, got):
-            assert torch.equal(a, b), value
+        for want, have in zip(expected, got):
+            assert torch.equal(want, have), value
     # (with launch plans, recorded once each and replayed after; without them, as under the
     # interpreter, launched every call with the switch read anew)
     assert orders == ([False, True] if plans.enabled() else [False, True, False, True])

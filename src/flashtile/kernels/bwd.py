@@ -609,6 +609,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     mode = dq_mode(params.deterministic)
+    heads_first = preprocess_heads_first()       # (read once: the plan key and the launch)
     # (tensors as the kernels see them)
     key, named = (None, None) if need_bias_grad else plans.backward_key(planned, q, k, v, params)
     if key is not None:
@@ -616,7 +617,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
         # and how is then a function of the key, and their launches are steps of the plan
         # like any other)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), mode,
-               gluon_settings(q.device, _BWD_MODULES), preprocess_heads_first())
+               gluon_settings(q.device, _BWD_MODULES), heads_first)
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **named}
@@ -675,7 +676,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
         out, dout, dsum, lay["CU_Q"], dq_acc, *strides(out, varlen), *strides(dout, varlen),
         lay["stride_lse_b"], lay["stride_lse_h"], *dq_acc_strides, nheads, seqlen_q, head_dv,
         head_d), dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, HEAD_D=HEAD_D, IS_VARLEN=varlen,
-                      ZERO_DQ=atomic, HEADS_FIRST=preprocess_heads_first()))
+                      ZERO_DQ=atomic, HEADS_FIRST=heads_first))
 
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
