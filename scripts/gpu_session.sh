@@ -212,7 +212,8 @@ PY
       python3 scripts/stall_table.py "${csvs[@]}" 2>&1 | tee "$OUT/stalls.md" ;;
     stallsrc) # where in each kernel the warps wait: Nsight Compute's stall samples per SASS
       # instruction (scripts/stall_sources.py), for the STALL_POINTS of `stalls` and the
-      # STALL_PROVIDERS (default: flashtile sdpa-cudnn; cuDNN's SASS is read as well); the
+      # STALL_PROVIDERS (default: flashtile sdpa-cudnn; cuDNN's SASS is read as well), the
+      # kernels whose names match the regex STALL_KERNEL (default: all of the step's); the
       # reports and CSVs in one archive (the device returns at most 8 files)
       ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)}
       mkdir -p "$OUT/stallsrc"; csvs=()
@@ -222,6 +223,7 @@ PY
           f="$OUT/stallsrc/$provider-d$d-$n${c:+-causal}"
           timeout ${STALL_TIMEOUT:-150} "$ncu" --profile-from-start off --clock-control none \
             --section SourceCounters --section WarpStateStats --import-source no -f -o "$f" \
+            ${STALL_KERNEL:+--kernel-name "regex:$STALL_KERNEL"} \
             python3 scripts/pipe_profile.py --provider $provider --mode ${STALL_MODE:-fwd} \
             --d $d --seqlen $n ${c:+--causal} > "$f.log" 2>&1 || tail -3 "$f.log"
           "$ncu" --import "$f.ncu-rep" --page source --print-source sass --csv > "$f.csv" \

@@ -1,11 +1,11 @@
-# Prepared in session 36 (no device time was left; ~300 s): the backward's preprocess grid with
-# a row block's heads as neighbouring programs (FLASHTILE_BWD_PRE_HEADS_FIRST=1, opt-in; same
-# gradients bitwise, tested on the CPU under the interpreter). Its GPU tests first (d=24, 64,
-# 128, dense and packed, both dQ modes, against the default order and float64), then fwd+bwd
-# kernel sums against main, both head dims and masks, 2 alternating rounds. Prediction: -10 to
-# -15 us a step at every length (the kernel moves 268 MB at ~3.35 TB/s at 16k tokens, d=128;
-# session 22), i.e. -2% to -3% at 512, under -0.5% at 8k. If it gains, make it the default and
-# drop the switch. Copy to docs/results/<date>-sNN-callK/, commit, run `export OUT; bash <path>`.
+# Session 37, call 1 (~420 s). (1) Session 36's prepared preprocess call
+# (docs/experiments/s36-next-gpu-call-pre.sh): the backward's preprocess grid with a row block's
+# heads as neighbouring programs (FLASHTILE_BWD_PRE_HEADS_FIRST=1, opt-in, bitwise-equal on the
+# CPU): its GPU tests, then fwd+bwd kernel sums against main, d=64/128, both masks, 512/2k/8k,
+# 2 alternating rounds. Prediction: -10 to -15 us a step at every length (-2% to -3% at 512,
+# under -0.5% at 8k). (2) Session 28's open question: where the d=64 causal backward's warps
+# wait (0.89-0.91x cuDNN from 2k): Nsight Compute stall samples per SASS instruction at 4k,
+# ours (_dkdv_hopper_kernel) and cuDNN's (bprop) backward kernels only.
 export PYTHONPATH=$PWD/src; O=$OUT
 ( OUT=$O/t; PYTEST_ARGS=tests/test_kernels.py PYTEST_K=preprocess_heads_first TEST_PROCS=16 \
   TESTS_TIMEOUT=150 bash scripts/gpu_session.sh pytest ) > $O/t.log 2>&1
@@ -13,4 +13,6 @@ export PYTHONPATH=$PWD/src; O=$OUT
   AB_ENVS="FLASHTILE_BWD_PRE_HEADS_FIRST=1" \
   AB_CMD="python3 -m flashtile bench --providers flashtile,cudnn --no-plot --mode fwdbwd --kernel-times --headdims 64,128 --causal both --seqlens 512,2k,8k" \
   bash scripts/gpu_session.sh ab ) > $O/p.log 2>&1
-tail -4 $O/t.log; tail -14 $O/p.log
+( OUT=$O/s; mkdir -p $OUT; STALL_POINTS="64:4096:causal" STALL_MODE=fwdbwd STALL_TIMEOUT=100 \
+  STALL_KERNEL="dkdv|bprop" STALL_TOP=25 bash scripts/gpu_session.sh stallsrc ) > $O/s.log 2>&1
+tail -4 $O/t.log; tail -14 $O/p.log; tail -20 $O/s.log
