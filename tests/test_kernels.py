@@ -238,67 +238,6 @@ def test_diagonal_settings(monkeypatch):
     assert common.diagonal_args(packed, 256, 128) == dict(ONE_LOOP=True, EVEN_K=False)
 
 
-PRE_ORDER_SHAPES = {"small": (2, 37, 45, 4, 2, 24, 24)}
-if GPU:     # (d=64/128 dense: the Gluon dK/dV kernel's one pass reads the zeroed accumulator)
-    PRE_ORDER_SHAPES.update({"gpu-d64": (2, 512, 512, 4, 4, 64, 64),
-                             "gpu-d128": (2, 512, 512, 4, 2, 128, 128)})
-
-
-@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-@pytest.mark.parametrize("case", list(PRE_ORDER_SHAPES))
-def test_preprocess_heads_first(case, dq_mode, varlen, monkeypatch):
-    """``FLASHTILE_BWD_PRE_HEADS_FIRST=1`` only reorders the preprocess kernel's programs (a
-    row block's heads together): D and the zeroed one-pass accumulator are the same, so every
-    gradient is bitwise the default order's, dense and packed; the switch is part of the
-    backward's launch-plan key (a call after the switch changed records anew, with the new
-    order, instead of replaying the old), and the result still meets the float64 budget."""
-    from flashtile import flash_attn_varlen_func
-    from flashtile.kernels import plans
-    orders = []
-    launch = plans.launch
-
-    def spy(record, launcher, grid, args, kwargs):
-        if "HEADS_FIRST" in kwargs:
-            orders.append(kwargs["HEADS_FIRST"])
-        launch(record, launcher, grid, args, kwargs)
-    monkeypatch.setattr(plans, "launch", spy)
-    monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
-    dtype = DTYPES[0]
-    b, sq, sk, hq, hkv, d, dv = shape = PRE_ORDER_SHAPES[case]
-    q, k, v = make_qkv(b, sq, sk, hq, hkv, d, dv, dtype)
-    dout = torch.randn(b, sq, hq, dv, dtype=dtype, device=DEVICE)
-    # (packed: two sequences of sq - 7 and sq queries, sk keys each)
-    total = 2 * sq - 7
-    cu_q = torch.tensor([0, sq - 7, total], dtype=torch.int32, device=DEVICE)
-    cu_k = torch.tensor([0, sk, 2 * sk], dtype=torch.int32, device=DEVICE)
-
-    def grads():
-        qi, ki, vi = (t.detach().clone().requires_grad_() for t in (q, k, v))
-        if varlen:
-            out = flash_attn_varlen_func(qi.flatten(0, 1)[:total], ki.flatten(0, 1),
-                                         vi.flatten(0, 1), cu_q, cu_k, sq, sk, causal=True)
-            out.backward(dout.flatten(0, 1)[:total])
-        else:
-            flash_attn_func(qi, ki, vi, causal=True).backward(dout)
-        return qi.grad, ki.grad, vi.grad
-
-    expected = []
-    for value in ("0", "1", "0", "1"):
-        monkeypatch.setenv("FLASHTILE_BWD_PRE_HEADS_FIRST", value)
-        got = grads()
-        expected = expected or got
-        for want, have in zip(expected, got):
-            assert torch.equal(want, have), value
-    # (with launch plans, recorded once each and replayed after; without them, as under the
-    # interpreter, launched every call with the switch read anew)
-    assert orders == ([False, True] if plans.enabled() else [False, True, False, True])
-    monkeypatch.setenv("FLASHTILE_BWD_PRE_HEADS_FIRST", "yes")
-    with pytest.raises(ValueError, match="FLASHTILE_BWD_PRE_HEADS_FIRST must be 0, 1"):
-        grads()
-    monkeypatch.setenv("FLASHTILE_BWD_PRE_HEADS_FIRST", "1")
-    check(*shape, dtype, causal=True)
-
-
 def test_backward_is_deterministic():
     q, k, v = make_qkv(2, 40, 52, 4, 2, 24, 24, DTYPES[0])
     dout = torch.randn(2, 40, 4, 24, dtype=DTYPES[0], device=DEVICE)

@@ -43,7 +43,7 @@ from ..reference.dense import sum_to_shape
 from . import plans
 from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, alloc, band_mask,
                      bias_args, bwd_probs, cdiv, chain_ds, diagonal_args, dot_precision,
-                     dropout_args, dropout_bases, dropout_keep, env_forced, getenv, gluon_kernels,
+                     dropout_args, dropout_bases, dropout_keep, getenv, gluon_kernels,
                      gluon_settings, graph_bench, interpreting, load_tile, mod_args,
                      next_tile_start, padded_headdim, prune_configs, query_tile, row_ranges,
                      score_args, seq_bounds, seq_bucket, sparse_args, strides, tile_ranges,
@@ -56,26 +56,14 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, 
                     stride_dos, stride_doh, stride_lse_b, stride_lse_h, stride_dqb, stride_dqs,
                     stride_dqh, nheads, seqlen_q, head_dv, head_d, BLOCK_M: tl.constexpr,
                     HEAD_DV: tl.constexpr, HEAD_D: tl.constexpr, IS_VARLEN: tl.constexpr,
-                    ZERO_DQ: tl.constexpr, HEADS_FIRST: tl.constexpr = False):
+                    ZERO_DQ: tl.constexpr):
     """``D = rowsum(dO * O)`` for BLOCK_M query rows of one (batch, head); with ``ZERO_DQ``
     also the same rows of the one pass's fp32 dQ accumulator set to zeros (one launch less
-    than a separate fill).
-
-    Grid order: a head's row blocks are neighbours, so one program's rows are ``head_dv``
-    elements a layout row apart (256 bytes every 4 KB at 16 heads of 128) and the other heads
-    of those rows come much later. ``HEADS_FIRST`` (:func:`preprocess_heads_first`):
-    neighbouring programs take the same rows of neighbouring heads, so that together they
-    read and write whole ``(rows, nheads * d)`` spans, as the decode's programs read a cache
-    row's heads together (docs/perf.md, session 8)."""
+    than a separate fill)."""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    if HEADS_FIRST:
-        n_bh = tl.num_programs(0) // n_mblocks                       # batch * nheads
-        bh = pid % n_bh
-        start_m = (pid // n_bh) * BLOCK_M
-    else:
-        bh = pid // n_mblocks
-        start_m = (pid % n_mblocks) * BLOCK_M
+    bh = pid // n_mblocks
+    start_m = (pid % n_mblocks) * BLOCK_M
     off_b = (bh // nheads).to(tl.int64)
     off_h = (bh % nheads).to(tl.int64)
     q_start, _, seqlen_q, _, _ = seq_bounds(CU_Q, CU_Q, off_b, seqlen_q, seqlen_q, IS_VARLEN, False)
@@ -562,17 +550,6 @@ def dq_mode(deterministic: bool = False) -> str:
     return choice
 
 
-def preprocess_heads_first() -> bool:
-    """Whether the preprocess kernel's grid takes a row block's heads together
-    (``_bwd_preprocess``'s ``HEADS_FIRST``): ``FLASHTILE_BWD_PRE_HEADS_FIRST=1``; off by
-    default until measured on the GPU. The kernel moves 268 MB at 16k tokens and d=128 (O and
-    dO read, the one pass's fp32 accumulator zeroed), 80 us against cuDNN's 66 for its
-    ``dot(dO, O)`` (docs/perf.md, session 22): ~3.35 TB/s where a copy reaches ~4.2, with a
-    program's accesses 256 bytes in every 4 KB. Prediction: -10 to -15 us a forward+backward
-    at every length of the grid (2-3% at 512/1k)."""
-    return env_forced("FLASHTILE_BWD_PRE_HEADS_FIRST") is True
-
-
 _PLANS = plans.Plans()          # dense calls' launches by signature (:mod:`.plans`)
 # (the Gluon kernels a backward may take: their settings are part of its plan key)
 _BWD_MODULES = ("bwd_hopper", "dq_hopper", "bwd256_hopper", "dq256_hopper")
@@ -609,7 +586,6 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     if varlen:                                   # (total, h, d) -> (1, total, h, d) views
         q, k, v, out, dout = (t.unsqueeze(0) for t in (q, k, v, out, dout))
     mode = dq_mode(params.deterministic)
-    heads_first = preprocess_heads_first()       # (read once: the plan key and the launch)
     # (tensors as the kernels see them)
     key, named = (None, None) if need_bias_grad else plans.backward_key(planned, q, k, v, params)
     if key is not None:
@@ -617,7 +593,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
         # and how is then a function of the key, and their launches are steps of the plan
         # like any other)
         key = (*key, plans.sig(dout), plans.sig(out), plans.sig(lse), mode,
-               gluon_settings(q.device, _BWD_MODULES), heads_first)
+               gluon_settings(q.device, _BWD_MODULES))
         plan = _PLANS.get(key)
         inputs = {"q": q, "k": k, "v": v, "dout": dout, "out": out, "lse": lse,
                   "dq_acc": _dummy(q.device), **named}
@@ -676,7 +652,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
         out, dout, dsum, lay["CU_Q"], dq_acc, *strides(out, varlen), *strides(dout, varlen),
         lay["stride_lse_b"], lay["stride_lse_h"], *dq_acc_strides, nheads, seqlen_q, head_dv,
         head_d), dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, HEAD_D=HEAD_D, IS_VARLEN=varlen,
-                      ZERO_DQ=atomic, HEADS_FIRST=heads_first))
+                      ZERO_DQ=atomic))
 
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
