@@ -448,52 +448,6 @@ def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
                  "FLASHTILE_GLUON_FWD_NEXT_S0", ahead, "NEXT_S0")
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 384, 2, 2, 64)])
-@pytest.mark.parametrize("config", [None, "64,64,4,240", "64,32,4,240"],
-                         ids=["default-tiles", "64-keys", "32-keys"])
-def test_early_s1_with_s0_ahead(gluon_calls, monkeypatch, shape, causal, dtype, config):
-    """S_1 issued before an item's first softmax where S_0 runs ahead
-    (``FLASHTILE_GLUON_FWD_EARLY_S1=1`` with ``NEXT_S0``, :func:`fwd_hopper._early_tiles`):
-    items of one tile (the branch without S_1: 256 keys at 128-key tiles), of two (S_1 is
-    the item's last S, so the next Q loads after it), of three or more (the tile loop from
-    tile 1, then the peeled last S), the mask inside the tile loop (32-key tiles), and 288
-    items over the SMs (each Q buffer reused). Outputs (NaN-poisoned before the launch) and
-    gradients within budget, and the launch given both switches."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "1")
-    launches = gluon_launches(monkeypatch)
-    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config,
-                 "FLASHTILE_GLUON_FWD_EARLY_S1", "1", "EARLY_S1")
-    assert [meta["NEXT_S0"] for role, _, meta in launches if role == "fwd"] == [True]
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_early_s1_with_s0_ahead_is_opt_in(monkeypatch, d, causal):
-    """Where S_0 runs ahead (causal by default, or ``FLASHTILE_GLUON_FWD_NEXT_S0=1``) S_1
-    goes before the first softmax only when ``FLASHTILE_GLUON_FWD_EARLY_S1=1`` (unmeasured
-    on the GPU when written); with S_0 in its own turn and P in registers, never. Runs on the
-    CPU: the launch is captured, not made."""
-    seen = gluon_launches(monkeypatch, run=False)
-    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_P_REGS"):
-        monkeypatch.delenv(variable, raising=False)
-    q, k, v = (torch.randn(1, 1024, 2, d, dtype=torch.bfloat16) for _ in range(3))
-    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
-    for ahead in (None, "1", "0"):
-        for early, want in ((None, False), ("auto", False), ("0", False), ("1", True)):
-            for variable, value in (("FLASHTILE_GLUON_FWD_NEXT_S0", ahead),
-                                    ("FLASHTILE_GLUON_FWD_EARLY_S1", early)):
-                if value is None:
-                    monkeypatch.delenv(variable, raising=False)
-                else:
-                    monkeypatch.setenv(variable, value)
-            fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 1024))
-            ((role, _, meta),) = seen
-            seen.clear()
-            runs_ahead = ahead == "1" or (ahead is None and causal)
-            assert meta["NEXT_S0"] == runs_ahead and meta["P_REGS"]
-            assert meta["EARLY_S1"] == (want and runs_ahead), (ahead, early)
-
-
 @gluon_cases_over([(2, 1024, 4, 2, 64), (1, 512, 2, 2, 128), (1, 384, 2, 2, 64)])
 @pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
 def test_diagonal_inside_the_tile_loop(gluon_calls, monkeypatch, shape, causal, dtype, ahead):

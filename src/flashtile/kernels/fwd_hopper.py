@@ -398,15 +398,14 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
 def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_zero, acc, m_i,
               l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
-              p_layout: gl.constexpr, PAIRS: gl.constexpr, J0: gl.constexpr = 0):
-    """Tiles J0 .. n_tiles - 3 of an item at a whole head dim with P in registers
-    (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on; ``p`` is
-    P_J0). ``PAIRS``: two tiles a trip and an odd count's last one after: P_j and P_{j+1} then
-    alternate register sets, so half of the moves of P into the A operand's registers go
-    (offline at d=64: 429 instructions a tile against 453 one tile a trip), for 32 more
-    registers of P. Returns (P, O, row max, row sum)."""
+              p_layout: gl.constexpr, PAIRS: gl.constexpr):
+    """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
+    (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on). ``PAIRS``:
+    two tiles a trip and an odd count's last one after: P_j and P_{j+1} then alternate
+    register sets, so half of the moves of P into the A operand's registers go (offline at
+    d=64: 429 instructions a tile against 453 one tile a trip), for 32 more registers of P.
+    Returns (P, O, row max, row sum)."""
     if PAIRS:
-        gl.static_assert(J0 == 0, "two tiles a trip from an item's first tile")
         for jj in range(0, n_tiles - 3, 2):
             for u in gl.static_range(2):
                 s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty,
@@ -423,7 +422,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout)
     else:
-        for j in range(J0, n_tiles - 2):
+        for j in range(n_tiles - 2):
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
                                   acc, it + j, NUM_STAGES)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
@@ -668,7 +667,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, EARLY_S1)
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)
     else:
         _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
                          k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
@@ -886,78 +885,11 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
 
 
 @gluon.jit
-def _last_s(p, q_desc, q_cur, q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-            s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, refill,
-            w_next, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, HALF: gl.constexpr,
-            BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-            NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-            o_layout: gl.constexpr, p_layout: gl.constexpr):
-    """:func:`_consume_ahead`'s tile n_tiles - 2 (n_tiles >= 2), peeled: it issues the item's
-    last S, after which this Q tile (``q_cur``, barrier ``q_bar``) takes item ``w_next``'s
-    rows if ``refill``. Returns (P_{n_tiles-1}, O, row max, row sum)."""
-    j = n_tiles - 2
-    s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero, acc,
-                          it + j, NUM_STAGES)
-    if refill:
-        _load_q(q_desc, q_cur, q_bar, w_next, n_work, n_mtiles, nheads, group, seqlen_q,
-                seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
-    return _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty, it + j,
-                       anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout)
-
-
-@gluon.jit
-def _early_tiles(s_0, q_desc, q_cur, q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                 s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, refill,
-                 w_next, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
-                 HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                 HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                 GROUP: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr):
-    """:func:`_consume_ahead`'s tiles 0 .. n_tiles - 2 from the complete S_0 with S_1 issued
-    before the first softmax (``EARLY_S1``): an item's first softmax otherwise leaves this
-    consumer's tensor work idle, and at 512-1k keys an item has 1 to 8 tiles. Tile 0's trip
-    then issues only P_0 V_0 (S_1 is in flight); later trips as :func:`_rs_tiles`. Every
-    wgmma issued here is waited for in the same branch: nothing in flight crosses it.
-    Returns (P_{n_tiles-1}, O, row max, row sum) as the in-turn order does."""
-    dtype: gl.constexpr = q_desc.dtype
-    if n_tiles > 1:
-        s_tok = _issue_s(q_cur, k_smem, k_ready, s_zero, it + 1, NUM_STAGES)
-        p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale, None,
-                                           BLOCK_N, CAUSAL)
-        p = gl.convert_layout(p.to(dtype), p_layout)
-        acc = _pv(p, v_smem, v_ready, acc, it, NUM_STAGES)
-        s = warpgroup_mma_wait(1, deps=(s_tok,))        # (P_0 V_0 stays in flight)
-        mbarrier.arrive(k_empty.index((it + 1) % NUM_STAGES), count=1)
-        if n_tiles == 2 and refill:     # S_1 was this Q's last S
-            _load_q(q_desc, q_cur, q_bar, w_next, n_work, n_mtiles, nheads, group, seqlen_q,
-                    seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP)
-        p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, 1, n_unmasked, qk_scale,
-                                       v_empty, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                       o_layout, p_layout)
-        p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                     v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
-                                     qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                     o_layout, p_layout, False, 1)
-        if n_tiles > 2:
-            p, acc, m_i, l_i = _last_s(p, q_desc, q_cur, q_bar, k_smem, v_smem, k_ready,
-                                       v_ready, k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
-                                       n_tiles, n_unmasked, qk_scale, it, anchor, refill,
-                                       w_next, n_work, n_mtiles, nheads, group, seqlen_q,
-                                       seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                                       CAUSAL, GROUP, o_layout, p_layout)
-    else:
-        p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale, None,
-                                           BLOCK_N, CAUSAL)
-        p = gl.convert_layout(p.to(dtype), p_layout)
-    return p, acc, m_i, l_i
-
-
-@gluon.jit
 def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                    v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   EARLY_S1: gl.constexpr = False):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -967,8 +899,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     S has read that buffer), and a turn of the item loop issues its S_0, then stores the
     previous item's O and LSE (O normalised in the turn before) while S_0 computes. (S_0 is
     issued and waited for within one turn: in flight across the loop's back edge, ptxas
-    serialised every wgmma, C7511/C7517.) ``EARLY_S1``: an item of two tiles or more issues
-    S_1 before its first softmax (:func:`_early_tiles`)."""
+    serialised every wgmma, C7511/C7517.)"""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
@@ -1018,30 +949,26 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
             _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
                     nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                     CAUSAL, GROUP)
-        if EARLY_S1:
-            p, acc, m_i, l_i = _early_tiles(
-                s_0, q_desc, q_cur, q_bar.index(q_buf), k_smem, v_smem, k_ready, v_ready,
-                k_empty, v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked, qk_scale,
-                it, anchor, refill, w + 2 * step, n_work, n_mtiles, nheads, group, seqlen_q,
-                seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, o_layout,
-                p_layout)
-        else:
-            p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
-                                               None, BLOCK_N, CAUSAL)
-            p = gl.convert_layout(p.to(dtype), p_layout)
-            # (one tile a trip: with two, the second P's registers made ptxas spill 140 B at
-            # d=128 beside the previous item's O, offline)
-            p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                         v_empty, s_zero, acc, m_i, l_i, rows, n_tiles,
-                                         n_unmasked, qk_scale, it, anchor, NUM_STAGES, BLOCK_N,
-                                         CAUSAL, o_layout, p_layout, False)
-            if n_tiles > 1:                 # (peeled: its S is this Q's last)
-                p, acc, m_i, l_i = _last_s(
-                    p, q_desc, q_cur, q_bar.index(q_buf), k_smem, v_smem, k_ready, v_ready,
-                    k_empty, v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
-                    qk_scale, it, anchor, refill, w + 2 * step, n_work, n_mtiles, nheads,
-                    group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                    CAUSAL, GROUP, o_layout, p_layout)
+        p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
+                                           None, BLOCK_N, CAUSAL)
+        p = gl.convert_layout(p.to(dtype), p_layout)
+        # (one tile a trip: with two, the second P's registers made ptxas spill 140 B at
+        # d=128 beside the previous item's O, offline)
+        p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                     v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
+                                     qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
+                                     o_layout, p_layout, False)
+        if n_tiles > 1:                 # (peeled: its S is this Q's last)
+            j = n_tiles - 2
+            s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                  s_zero, acc, it + j, NUM_STAGES)
+            if refill:
+                _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
+                        nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
+                        CAUSAL, GROUP)
+            p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
+                                           qk_scale, v_empty, it + j, anchor, NUM_STAGES,
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
         j = n_tiles - 1
         acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
@@ -1082,8 +1009,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
-        gl.static_assert(not O_IN_P and (NEXT_S0 or not EARLY_S1),
-                         "P in registers: no O through P, early S_1 only with S_0 ahead")
+        gl.static_assert(not (O_IN_P or EARLY_S1),
+                         "P in registers: no O through P, no early S_1")
         p_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
@@ -1323,7 +1250,7 @@ def causal_group(n_tiles: int, single_upto: int,
 SINGLE_UPTO = {64: 8, 96: 4, 128: 4, 256: 4}   # (d=96, d=256: d=128's, unmeasured)
 
 
-def early_s1(d: int, causal: bool, ahead: bool = False) -> bool:
+def early_s1(d: int, causal: bool) -> bool:
     """Whether an item's S_1 is issued before its first softmax (the kernel's ``EARLY_S1``;
     an item's start is otherwise bare, and short sequences have few tiles per item):
     ``FLASHTILE_GLUON_FWD_EARLY_S1`` set to ``1``/``0`` forces it; unset or ``auto``, the
@@ -1335,14 +1262,8 @@ def early_s1(d: int, causal: bool, ahead: bool = False) -> bool:
     never: S_0 and S_1 live beside its 128 registers of O made ptxas spill (offline, 64 keys
     x 2 slots: 84 B unmasked, 16 B causal; 0 B with S_1 after). d=96 never either (its split
     tiles at 128 keys x 2 slots, offline: 192 B unmasked, 12/16 B causal; 0 B with S_1
-    after; unmeasured on the GPU).
-
-    ``ahead``: the item order with S_0 ahead (:func:`next_s0`, P in registers;
-    :func:`_early_tiles`), where S_1 early is opt-in (``=1``) until measured on the GPU
-    (prediction, session 37: kernel time -1% to -4% at d=128 causal 512/1k, level from 4k)."""
+    after; unmeasured on the GPU)."""
     forced = env_forced("FLASHTILE_GLUON_FWD_EARLY_S1")
-    if ahead:
-        return forced is True
     if forced is not None:
         return forced
     return ((causal and d <= 128) or d < 128) and d != 96
@@ -1417,7 +1338,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     block_m, block_n, stages, regs = config(d, sk, causal(params))
     p_regs = p_in_registers(d)
     p_tiles = 0 if p_regs else 4
-    ahead = next_s0(d, block_m, block_n, stages, causal(params))
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
@@ -1437,6 +1357,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
-             EARLY_S1=early_s1(d, causal(params), ahead) if ahead or not p_regs else False,
-             P_REGS=p_regs, NEXT_S0=ahead),
+             EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
         part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
