@@ -666,7 +666,7 @@ def test_two_slots(gluon_calls, monkeypatch, shape, causal, dtype):
 
 def test_narrow_tiles_where_wide_ones_do_not_divide(monkeypatch):
     """d=128 takes 128-key tiles (2 slots) where they divide the key length, 64-key tiles (4
-    slots) where only those do, so such calls keep the Gluon forward, and causal up to 1k
+    slots) where only those do, so such calls keep the Gluon forward, and causal up to 512
     keys; d=64 keeps its one config. The device is stubbed as an sm_90 GPU."""
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
     monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
@@ -674,9 +674,9 @@ def test_narrow_tiles_where_wide_ones_do_not_divide(monkeypatch):
     assert fwd_hopper.config(128, 576) == fwd_hopper._NARROW[128] == (64, 64, 4, 240)
     assert fwd_hopper.config(64, 576) == fwd_hopper._CONFIGS[64]
     # causal: the narrow tiles up to NARROW_CAUSAL_UPTO keys (measured ahead there), wide above
-    assert fwd_hopper.NARROW_CAUSAL_UPTO == 1024
-    assert fwd_hopper.config(128, 1024, causal=True) == fwd_hopper._NARROW[128]
+    assert fwd_hopper.NARROW_CAUSAL_UPTO == 512
     assert fwd_hopper.config(128, 512, causal=True) == fwd_hopper._NARROW[128]
+    assert fwd_hopper.config(128, 1024, causal=True) == fwd_hopper._CONFIGS[128]
     assert fwd_hopper.config(128, 2048, causal=True) == fwd_hopper._CONFIGS[128]
     assert fwd_hopper.config(64, 1024, causal=True) == fwd_hopper._CONFIGS[64]
     q = torch.randn(1, 512, 2, 128, dtype=torch.bfloat16)

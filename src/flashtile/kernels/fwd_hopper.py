@@ -86,6 +86,7 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - 128 keys x 2 slots at d=128: +8% to +21% unmasked, +1% to +7.5% causal; at d=64 the same
   change -4.5% to +1% (session 14);
 - :data:`_NARROW` at d=128 causal: time 0.89-1.00x up to 1k, 1.05-1.09x at 2k-16k (session 18);
+  0.96x at 512, 1.04x at 1k, 1.07x at 2k (session 37: now up to 512 keys only);
 - ``EARLY_S1``: time -1% to -5.5%, +1% to +2% at d=128 unmasked (session 17); d=96/256 spill;
 - d=256 here: time 0.61-0.77x of :mod:`.fwd`'s; d=96 in two parts: +18% to +50% (session 19);
 - P in registers: time -2.8% to -9.2% at d=64/128 (session 21), -1% to -11% at d=96 (session 22);
@@ -165,8 +166,10 @@ _NARROW = {128: (64, 64, 4, 240)}
 # Kernel time of the narrow config over the wide one at d=128 causal (session 18, H200,
 # profiler sums of two alternating runs per call): bf16 0.95x and 0.97x at 1k (two calls),
 # 1.00x at 512, then 1.05x / 1.05x / 1.09x / 1.08x at 2k / 4k / 8k / 16k; fp16 0.89x at 512,
-# 0.99x at 1k.
-NARROW_CAUSAL_UPTO = 1024
+# 0.99x at 1k. Again after P in registers, own tiles, S_0 ahead and the scale in the exponent
+# (session 37, bf16, three alternating rounds): 0.96x at 512, 1.04x at 1k, 1.07x at 2k, so
+# the narrow tiles stay at 512 keys only.
+NARROW_CAUSAL_UPTO = 512
 # (head dim, causal) where it runs by default: measured ahead of the tile-level forward
 # (d=256, session 19: kernel time 0.61-0.77x the tile-level forward's at 1k-16k, both masks;
 # d=96, session 19: +18% to +50% TFLOP/s at 1k-16k, both masks, one round)
@@ -619,9 +622,9 @@ def _own_tiles(m0, n_tiles, n_unmasked, HALF: gl.constexpr, BLOCK_M: gl.constexp
 @constexpr_function
 def _skips(causal, rows, keys):
     """Whether causal items have tiles that the first consumer skips (:func:`_own_tiles`):
-    key tiles no wider than a consumer's rows (64 keys at d=128 up to 1k, d=256). Wider
-    tiles compile the kernel without the skip's code (with it, unused, d=128 causal 4k
-    measured 3% slower, session 24)."""
+    key tiles no wider than a consumer's rows (64 keys at d=128 causal up to 512 keys,
+    d=256). Wider tiles compile the kernel without the skip's code (with it, unused, d=128
+    causal 4k measured 3% slower, session 24)."""
     return causal and keys <= rows
 
 
