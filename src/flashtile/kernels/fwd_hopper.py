@@ -28,6 +28,8 @@ Notation:
   *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
   and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
   ``k_empty``, ``v_empty`` (count 2: both consumers); ``q_bar`` per Q tile;
+- ``CONSUMERS`` (:func:`one_consumer`, opt-in): 1 puts an item's rows in one consumer partition
+  of two warpgroups (8 warps, ``BLOCK_M`` = 128; S_0 ahead only), so its code is one copy;
 - ``m_i`` row max (log2 domain, scaled), ``l_i`` row sum, ``alpha`` discount, ``acc`` O (fp32).
 
 Schedule (a consumer, per item), then the constraints that shape the code:
