@@ -1,4 +1,4 @@
-# Prepared in session 37 (no device time was left; ~420 s): one consumer partition of two
+# Prepared in session 37 (no device time was left; ~520 s): one consumer partition of two
 # warpgroups over an item's 128 rows in the Gluon forward with S_0 ahead
 # (FLASHTILE_GLUON_FWD_ONE_CONSUMER=1, opt-in; offline: SASS 5,752 -> 3,000 instructions at
 # d=128 causal on 64-key tiles, 7,424 -> 3,904 on 128-key tiles, no spills, none serialised;
@@ -19,4 +19,13 @@ export PYTHONPATH=$PWD/src; O=$OUT
   AB_ENVS="FLASHTILE_GLUON_FWD_ONE_CONSUMER=1" \
   AB_CMD="python3 -m flashtile bench --providers flashtile --no-plot --mode fwd --kernel-times --headdims 64,128 --causal yes --seqlens 512,1k,2k,4k,16k" \
   bash scripts/gpu_session.sh ab ) > $O/p.log 2>&1
-tail -4 $O/t1.log; tail -4 $O/t2.log; tail -14 $O/p.log
+# (3) Whether the instruction-fetch stalls go (session 28: no_instruction 12% of the active
+# samples at d=128 causal 512): the stall samples of both forwards there, one consumer first.
+( OUT=$O/s; mkdir -p $OUT; FLASHTILE_GLUON_FWD_ONE_CONSUMER=1 STALL_POINTS="128:512:causal" \
+  STALL_PROVIDERS=flashtile STALL_KERNEL=fwd_hopper STALL_TIMEOUT=60 \
+  bash scripts/gpu_session.sh stallsrc; mv $OUT/stallsrc.tgz $OUT/one.tgz
+  STALL_POINTS="128:512:causal" STALL_PROVIDERS=flashtile STALL_KERNEL=fwd_hopper \
+  STALL_TIMEOUT=60 bash scripts/gpu_session.sh stallsrc ) > $O/s.log 2>&1
+tail -4 $O/t1.log; tail -4 $O/t2.log; tail -14 $O/p.log; grep -E "^## |Reasons" $O/s.log
+# (the device returns at most 8 files)
+tar czf $O/tests.tgz -C $O t1 t2 t1.log t2.log && rm -rf $O/t1 $O/t2 $O/t1.log $O/t2.log
