@@ -1051,9 +1051,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
     elif O_IN_Q:    # O leaves through each consumer's Q tile (see _consume)
         o0 = q_smem.index(0)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
         o1 = q_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
-    elif CONSUMERS == 1:
+    elif CONSUMERS == 1:    # (its one O tile; no o1)
         o0 = gl.allocate_shared_memory(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
-        o1 = o0
     else:
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
         o0, o1 = o_smem.index(0), o_smem.index(1)
@@ -1416,7 +1415,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
             params.softmax_scale * LOG2E)),
         dict(BLOCK_M=rows_q, BLOCK_N=block_n, HEAD_D=head_parts(d)[0],
              HEAD_D2=head_parts(d)[1], NUM_STAGES=stages,
-             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4 * (3 - consumers),
+             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4 if consumers == 2 else 8,
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
