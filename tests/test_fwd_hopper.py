@@ -448,60 +448,6 @@ def test_next_s0(gluon_calls, monkeypatch, shape, causal, dtype, config, ahead):
                  "FLASHTILE_GLUON_FWD_NEXT_S0", ahead, "NEXT_S0")
 
 
-@gluon_cases_over([(3, 1024, 12, 4, 128), (4, 1024, 16, 4, 64), (1, 256, 2, 2, 128),
-                   (1, 384, 2, 2, 64)])
-@pytest.mark.parametrize("config", [None, "64,64,4,240", "64,32,4,240"],
-                         ids=["default-tiles", "64-keys", "32-keys"])
-def test_one_consumer(gluon_calls, monkeypatch, shape, causal, dtype, config):
-    """An item's 128 rows in one consumer partition of two warpgroups
-    (``FLASHTILE_GLUON_FWD_ONE_CONSUMER=1``, with S_0 ahead: ``NEXT_S0=1`` so that unmasked
-    calls take it too): 288 and 512 items over the SMs (each Q buffer reused, its barrier's
-    phase flipped), items of one tile (256 keys on 128-key tiles) to twelve, the mask inside
-    the tile loop (32-key tiles), GQA. Outputs (NaN-poisoned before the launch) and gradients
-    within budget, and the launch given one consumer of 8 warps over 128-row Q/O tiles."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "1")
-    launches = gluon_launches(monkeypatch, full=True)
-    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config,
-                 "FLASHTILE_GLUON_FWD_ONE_CONSUMER", "1", "CONSUMERS")
-    ((_, _, _, tiles, _, meta, *_),) = [x for x in launches if x[7] == "fwd"]
-    assert meta["CONSUMERS"] == 1 and meta["num_warps"] == 8 and meta["BLOCK_M"] == 128
-    assert [tile[0] for _, tile in tiles][::3] == [128, 128]    # (Q's and O's rows)
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("d", [64, 128])
-def test_one_consumer_is_opt_in_and_needs_s0_ahead(monkeypatch, d, causal):
-    """One consumer over an item's rows (:func:`fwd_hopper.one_consumer`) only with
-    ``FLASHTILE_GLUON_FWD_ONE_CONSUMER=1`` (unmeasured on the GPU when written) and where S_0
-    runs ahead (causal by default, or ``FLASHTILE_GLUON_FWD_NEXT_S0=1``); otherwise two
-    consumers of one warpgroup and 64 rows each. Runs on the CPU: the launch is captured, not
-    made."""
-    seen = gluon_launches(monkeypatch, run=False)
-    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_P_REGS"):
-        monkeypatch.delenv(variable, raising=False)
-    q, k, v = (torch.randn(1, 1024, 2, d, dtype=torch.bfloat16) for _ in range(3))
-    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
-    for ahead in (None, "1", "0"):
-        for value, asked in ((None, False), ("auto", False), ("0", False), ("1", True)):
-            for variable, setting in (("FLASHTILE_GLUON_FWD_NEXT_S0", ahead),
-                                      ("FLASHTILE_GLUON_FWD_ONE_CONSUMER", value)):
-                if setting is None:
-                    monkeypatch.delenv(variable, raising=False)
-                else:
-                    monkeypatch.setenv(variable, setting)
-            fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, 1024))
-            ((role, grid, meta),) = seen
-            seen.clear()
-            one = asked and (ahead == "1" or (ahead is None and causal))
-            assert meta["NEXT_S0"] == (ahead == "1" or (ahead is None and causal))
-            assert (meta["CONSUMERS"], meta["num_warps"], meta["BLOCK_M"]) == \
-                ((1, 8, 128) if one else (2, 4, 64)), (ahead, value)
-            assert grid == (16,)        # (16 items of 128 rows either way, one program each)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_ONE_CONSUMER", "yes")
-    with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_ONE_CONSUMER"):
-        fwd_hopper.one_consumer(True)
-
-
 @gluon_cases_over([(2, 1024, 4, 2, 64), (1, 512, 2, 2, 128), (1, 384, 2, 2, 64)])
 @pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
 def test_diagonal_inside_the_tile_loop(gluon_calls, monkeypatch, shape, causal, dtype, ahead):

@@ -109,8 +109,7 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 # and kernel.
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_EARLY_S1",
-                                "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0",
-                                "FLASHTILE_GLUON_FWD_ONE_CONSUMER"),
+                                "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE",
                                 "FLASHTILE_GLUON_BWD_ROWS"),

@@ -28,8 +28,6 @@ Notation:
   *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
   and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
   ``k_empty``, ``v_empty`` (count 2: both consumers); ``q_bar`` per Q tile;
-- ``CONSUMERS`` (:func:`one_consumer`, opt-in): 1 puts an item's rows in one consumer partition
-  of two warpgroups (8 warps, ``BLOCK_M`` = 128; S_0 ahead only), so its code is one copy;
 - ``m_i`` row max (log2 domain, scaled), ``l_i`` row sum, ``alpha`` discount, ``acc`` O (fp32).
 
 Schedule (a consumer, per item), then the constraints that shape the code:
@@ -285,12 +283,12 @@ def barriers(N: gl.constexpr, COUNT: gl.constexpr):
 
 
 @gluon.jit
-def _kv_ring_barriers(NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
+def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
     """The barriers of a CTA whose two consumers stream one K/V ring (the forward, dQ): each
-    consumer's Q barrier, and per slot K ready, V ready and empty (free again once all
-    ``CONSUMERS`` released it), initialised."""
+    consumer's Q barrier, and per slot K ready, V ready and empty (free again once both
+    consumers released it), initialised."""
     return (barriers(2, 1), barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 1),
-            barriers(NUM_STAGES, CONSUMERS))
+            barriers(NUM_STAGES, 2))
 
 
 @gluon.jit
@@ -400,27 +398,16 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
 
 
 @gluon.jit
-def _release(bar, SYNC: gl.constexpr = False):
-    """Arrive once on ``bar``, a ring slot's "empty" barrier. Gluon arrives from a partition's
-    first thread; a consumer of two warpgroups (``SYNC``: :func:`one_consumer`) first waits
-    for both, since each warpgroup's wgmma wait covers its own products only and both read
-    the slot."""
-    if SYNC:
-        gl.thread_barrier()
-    mbarrier.arrive(bar, count=1)
-
-
-@gluon.jit
 def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_zero, acc, m_i,
               l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
-              p_layout: gl.constexpr, PAIRS: gl.constexpr, SYNC: gl.constexpr = False):
+              p_layout: gl.constexpr, PAIRS: gl.constexpr):
     """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
     (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on). ``PAIRS``:
     two tiles a trip and an odd count's last one after: P_j and P_{j+1} then alternate
     register sets, so half of the moves of P into the A operand's registers go (offline at
     d=64: 429 instructions a tile against 453 one tile a trip), for 32 more registers of P.
-    ``SYNC``: see :func:`_release`. Returns (P, O, row max, row sum)."""
+    Returns (P, O, row max, row sum)."""
     if PAIRS:
         for jj in range(0, n_tiles - 3, 2):
             for u in gl.static_range(2):
@@ -440,10 +427,10 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
     else:
         for j in range(n_tiles - 2):
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
-                                  acc, it + j, NUM_STAGES, SYNC=SYNC)
+                                  acc, it + j, NUM_STAGES)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout, SYNC=SYNC)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
     return p, acc, m_i, l_i
 
 
@@ -513,7 +500,7 @@ def _pv_part(p_op, v_smem2, acc2, r, NUM_STAGES: gl.constexpr):
 @gluon.jit
 def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero, acc, r,
                  NUM_STAGES: gl.constexpr, acc2=None, q_smem2=None, k_smem2=None,
-                 v_smem2=None, SYNC: gl.constexpr = False):
+                 v_smem2=None):
     """Tile r's products with P in registers (``P_REGS``, FA3's order): issue S_{r+1} = Q
     K_{r+1}^T, then O += P_r V_r with ``p_op`` = P_r ``(rows, BLOCK_N)`` fp16/bf16 as wgmma's
     register A operand; wait for S_{r+1} alone (P_r V_r stays in flight: it was issued last)
@@ -529,7 +516,7 @@ def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero
     acc = _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES)
     if acc2 is None:
         s = warpgroup_mma_wait(1, deps=(s_tok,))
-        _release(k_empty.index((r + 1) % NUM_STAGES), SYNC)
+        mbarrier.arrive(k_empty.index((r + 1) % NUM_STAGES), count=1)
         return s, acc
     else:
         acc2 = _pv_part(p_op, v_smem2, acc2, r, NUM_STAGES)
@@ -542,7 +529,7 @@ def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero
 def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
                 NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, acc2=None,
-                o2_layout: gl.constexpr = None, SYNC: gl.constexpr = False):
+                o2_layout: gl.constexpr = None):
     """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
     ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
     wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
@@ -561,7 +548,7 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
     anchor.store(l_i)
     if acc2 is None:
         acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        _release(v_empty.index(r % NUM_STAGES), SYNC)
+        mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
         p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
         return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
     else:
@@ -642,29 +629,27 @@ def _skips(causal, rows, keys):
 
 
 @gluon.jit
-def _pass_slot(k_ready, v_ready, k_empty, v_empty, r, NUM_STAGES: gl.constexpr,
-               SYNC: gl.constexpr = False):
+def _pass_slot(k_ready, v_ready, k_empty, v_empty, r, NUM_STAGES: gl.constexpr):
     """Release the ring's load r unread (a tile this consumer skips, :func:`_own_tiles`). The
     wait for each load comes first: an arrival before the loader has refilled the slot would
     count towards the slot's previous load and free it before the other consumer read it."""
     slot = r % NUM_STAGES
     phase = (r // NUM_STAGES) & 1
     mbarrier.wait(k_ready.index(slot), phase)
-    _release(k_empty.index(slot), SYNC)
+    mbarrier.arrive(k_empty.index(slot), count=1)
     mbarrier.wait(v_ready.index(slot), phase)
-    _release(v_empty.index(slot), SYNC)
+    mbarrier.arrive(v_empty.index(slot), count=1)
 
 
 @gluon.jit
 def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr, q_desc2=None,
-            q_smem2=None, HEAD_D2: gl.constexpr = 0, CONSUMERS: gl.constexpr = 2):
-    """Start loading this consumer's Q rows of work item w (part ``HALF`` of its rows, of
-    ``CONSUMERS``; and their second part into ``q_smem2`` where the head dim is split:
-    ``HEAD_D2`` > 0)."""
+            q_smem2=None, HEAD_D2: gl.constexpr = 0):
+    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows; and
+    their second part into ``q_smem2`` where the head dim is split: ``HEAD_D2`` > 0)."""
     _, _, _, q_row0, q_col, _, _, _, _ = _work_block(
-        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M, BLOCK_N,
+        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
         HEAD_D + HEAD_D2, CAUSAL, GROUP)
     _load_tile(q_desc, q_desc2, q_smem, q_smem2, q_row0 + HALF * BLOCK_M, q_col, q_bar)
 
@@ -677,16 +662,15 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
              k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-             NEXT_S0: gl.constexpr, CONSUMERS: gl.constexpr = 2):
-    """Consumer partition ``HALF`` of ``CONSUMERS`` (a warpgroup each, or one of two
-    warpgroups over the item's rows: :func:`one_consumer`): :func:`_consume_ahead` where
-    ``NEXT_S0`` (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
+             NEXT_S0: gl.constexpr):
+    """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
+    (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
     :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
     if NEXT_S0:
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, CONSUMERS)
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)
     else:
         _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
                          k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
@@ -908,8 +892,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   CONSUMERS: gl.constexpr = 2):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -919,14 +902,10 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     S has read that buffer), and a turn of the item loop issues its S_0, then stores the
     previous item's O and LSE (O normalised in the turn before) while S_0 computes. (S_0 is
     issued and waited for within one turn: in flight across the loop's back edge, ptxas
-    serialised every wgmma, C7511/C7517.) ``CONSUMERS`` = 1 (:func:`one_consumer`): this
-    partition is two warpgroups over an item's ``BLOCK_M`` = 128 rows, so the consumers' code
-    is one copy; each slot is released once both warpgroups are past it (:func:`_release`)."""
-    WARPS: gl.constexpr = BLOCK_M // 16         # (16 rows a warp: 4 for 64 rows, 8 for 128)
-    SYNC: gl.constexpr = WARPS > 4
-    s_layout: gl.constexpr = mma_layouts(WARPS, BLOCK_N, HEAD_D)[0]
-    o_layout: gl.constexpr = mma_layouts(WARPS, BLOCK_N, HEAD_D)[1]
-    p_layout: gl.constexpr = mma_layouts(WARPS, BLOCK_N, HEAD_D)[2]
+    serialised every wgmma, C7511/C7517.)"""
+    s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
+    o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
+    p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     dtype: gl.constexpr = q_desc.dtype
     Q0: gl.constexpr = 2 * HALF         # this consumer's two Q buffers: Q0, Q0 + 1
@@ -938,7 +917,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         if first + k * step < n_work:
             _load_q(q_desc, q_smem.index(Q0 + k), q_bar.index(Q0 + k), first + k * step,
                     n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M,
-                    BLOCK_N, HEAD_D, CAUSAL, GROUP, CONSUMERS=CONSUMERS)
+                    BLOCK_N, HEAD_D, CAUSAL, GROUP)
     # The previous item's results, for its epilogue in the next turn (none before the first)
     o = gl.zeros([BLOCK_M, HEAD_D], dtype, o_layout)
     m_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
@@ -950,8 +929,8 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     t = 0           # work items done so far (Q buffer t % 2, its barrier's phase)
     for w in range(first, n_work, step):
         m0, off_b, off_h, q_row0, q_col, _, _, n_all, n_unmasked = _work_block(
-            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M,
-            BLOCK_N, HEAD_D, CAUSAL, GROUP)
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+            HEAD_D, CAUSAL, GROUP)
         n_tiles, n_unmasked = _own_tiles(m0, n_all, n_unmasked, HALF, BLOCK_M, BLOCK_N,
                                          CAUSAL)
         q_buf = Q0 + t % 2
@@ -967,12 +946,12 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         l_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
         rows = m0 + HALF * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
         s_0, acc = warpgroup_mma_wait(0, deps=(s_0, acc))
-        _release(k_empty.index(it % NUM_STAGES), SYNC)     # K_0 read
+        mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)   # K_0 read
         refill = w + 2 * step < n_work      # item t + 2, into this item's Q buffer
         if n_tiles == 1 and refill:         # S_0 was this Q's last S
             _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
                     nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
-                    CAUSAL, GROUP, CONSUMERS=CONSUMERS)
+                    CAUSAL, GROUP)
         p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
                                            None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
@@ -981,25 +960,25 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                      v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
                                      qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                     o_layout, p_layout, False, SYNC)
+                                     o_layout, p_layout, False)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                  s_zero, acc, it + j, NUM_STAGES, SYNC=SYNC)
+                                  s_zero, acc, it + j, NUM_STAGES)
             if refill:
                 _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
                         nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
-                        CAUSAL, GROUP, CONSUMERS=CONSUMERS)
+                        CAUSAL, GROUP)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout, SYNC=SYNC)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
         j = n_tiles - 1
         acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
-        _release(v_empty.index((it + j) % NUM_STAGES), SYNC)
+        mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
         if _skips(CAUSAL, BLOCK_M, BLOCK_N):    # tiles wholly above this consumer's diagonal
             for j in range(n_tiles, n_all):
-                _pass_slot(k_ready, v_ready, k_empty, v_empty, it + j, NUM_STAGES, SYNC)
+                _pass_slot(k_ready, v_ready, k_empty, v_empty, it + j, NUM_STAGES)
         # O normalised in this turn: ptxas waits for every wgmma in flight before a use of
         # registers that a wgmma wrote in an earlier turn (C7517), so the next S_0 would not
         # overlap the division
@@ -1022,25 +1001,20 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, CONSUMERS: gl.constexpr = 2):
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
-    # n_work programs: one each): CONSUMERS * BLOCK_M query rows of one (batch, head) apiece.
+    # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
     # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`).
-    # CONSUMERS (:func:`one_consumer`): 2 partitions of one warpgroup and BLOCK_M rows each,
-    # or 1 of the kernel's num_warps (8) over BLOCK_M = 128 rows (S_0 ahead only).
-    gl.static_assert(CONSUMERS == 2 or (NEXT_S0 and CONSUMERS == 1),
-                     "one consumer over an item's rows: with S_0 ahead only")
-    q_smem = gl.allocate_shared_memory(q_desc.dtype,
-                                       [2 * CONSUMERS if NEXT_S0 else 2, BLOCK_M, HEAD_D],
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [4 if NEXT_S0 else 2, BLOCK_M, HEAD_D],
                                        q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
         gl.static_assert(not (O_IN_P or EARLY_S1),
                          "P in registers: no O through P, no early S_1")
-        p_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS, BLOCK_M],
+        p_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
         p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
@@ -1051,8 +1025,6 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
     elif O_IN_Q:    # O leaves through each consumer's Q tile (see _consume)
         o0 = q_smem.index(0)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
         o1 = q_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
-    elif CONSUMERS == 1:    # (its one O tile; no o1)
-        o0 = gl.allocate_shared_memory(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
     else:
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
         o0, o1 = o_smem.index(0), o_smem.index(1)
@@ -1079,44 +1051,31 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
         k2_desc: gl.constexpr = None
         v2_desc: gl.constexpr = None
         o2_desc: gl.constexpr = None
-    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES, CONSUMERS)
-    k_empty = barriers(NUM_STAGES, CONSUMERS)   # K freed apart from V (see _load_kv_ring)
-    if NEXT_S0:     # (two Q tiles per consumer: their barriers, the ring's two unused)
+    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
+    k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
+    if NEXT_S0:     # (two Q tiles per consumer: four Q barriers, the ring's two unused)
         gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q),
                          "S_0 ahead: P in registers, a whole head dim, O apart")
-        q_bar = barriers(2 * CONSUMERS, 1)
-    if CONSUMERS == 1:      # (one copy of the consumer's code: this partition's 8 warps)
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
-                        n_mtiles, n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                        CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2,
-                        o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0, 1)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, BLOCK_M,
-                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc,
-                           k_smem2, v_smem2, HEAD_D2)),
-        ], [1], [24])
-    else:
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                        n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                        O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                        v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
-            (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
-                        n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                        O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                        v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
-                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
-                           v_smem2, HEAD_D2)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+        q_bar = barriers(4, 1)
+
+    gl.warp_specialize([
+        (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                       v_smem2, HEAD_D2)),
+    ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
@@ -1372,21 +1331,6 @@ def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool) -> bo
     return applies and (causal if forced is None else forced)
 
 
-def one_consumer(ahead: bool) -> bool:
-    """Whether an item's rows go to one consumer partition of two warpgroups (the kernel's
-    ``CONSUMERS`` = 1, 8 warps, ``BLOCK_M`` = 128) instead of two partitions of one
-    warpgroup and 64 rows each: where S_0 runs ahead (``ahead``, :func:`next_s0`) and
-    ``FLASHTILE_GLUON_FWD_ONE_CONSUMER=1`` (opt-in, unmeasured on the GPU when written,
-    session 37). Why: a partition's code is compiled apart, so two consumers are two copies
-    of the item and tile code (5,752 SASS instructions at d=128 causal on 64-key tiles);
-    Nsight Compute counted instruction-fetch stalls at 12% of the active samples at d=128
-    causal 512 (session 28), cuDNN's math warps run one copy of their loop, and 25% more
-    code made this forward 1-7% slower (session 37). The cost: the warpgroups meet at every
-    slot release (:func:`_release`), and the first one's skip of the item's last tile
-    (:func:`_own_tiles`; -2% to -5% at d=128 causal 512/1k, session 24) is gone."""
-    return ahead and env_forced("FLASHTILE_GLUON_FWD_ONE_CONSUMER") is True
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -1397,29 +1341,25 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     block_m, block_n, stages, regs = config(d, sk, causal(params))
     p_regs = p_in_registers(d)
     p_tiles = 0 if p_regs else 4
-    ahead = next_s0(d, block_m, block_n, stages, causal(params))
-    consumers = 1 if one_consumer(ahead) else 2
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
-    rows_q = 2 * block_m // consumers           # a consumer's Q and O rows
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
     # *_desc2 descriptors, None where the head dim is whole)
     parts = [cols for cols in head_parts(d) if cols]
     tiles = tuple((t, (rows, cols)) for cols in parts
-                  for t, rows in ((q, rows_q), (k, block_n), (v, block_n), (out, rows_q)))
+                  for t, rows in ((q, block_m), (k, block_n), (v, block_n), (out, block_m)))
     plans.gluon_launch(
         record, _fwd_hopper_kernel,
         (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True),), tiles,
         ((None,) * (8 - len(tiles))
          + (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
             params.softmax_scale * LOG2E)),
-        dict(BLOCK_M=rows_q, BLOCK_N=block_n, HEAD_D=head_parts(d)[0],
+        dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=head_parts(d)[0],
              HEAD_D2=head_parts(d)[1], NUM_STAGES=stages,
-             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4 if consumers == 2 else 8,
+             CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=ahead, CONSUMERS=consumers),
-        part_descriptor, "fwd",
-        f"gluon {2 * block_m}x{block_n}/{stages}s" + (" 1 consumer" if consumers == 1 else ""))
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
+        part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
