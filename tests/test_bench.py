@@ -246,7 +246,8 @@ def test_bad_options_exit_2_with_a_message(tmp_path, capsys, argv, message):
 
 
 @pytest.mark.parametrize("argv", [["--seqlens", "512,abc"], ["--dtype", "fp8"],
-                                  ["--mode", "sideways"], ["--batch", "2", "--tokens", "8"]])
+                                  ["--mode", "sideways"], ["--batch", "2", "--tokens", "8"],
+                                  ["--rounds", "0"]])
 def test_unparseable_options_are_argparse_errors(argv):
     with pytest.raises(SystemExit) as exc:
         bench_cli.main(argv)
@@ -324,6 +325,47 @@ def test_kernel_times_on_cpu_is_a_note_and_no_numbers(tmp_path):
     assert row["status"] == "ok" and row["ms"] is not None
     assert row["kernel_ms"] is None and row["kernel_tflops"] is None
     assert row["vs_cudnn_kernels"] is None
+
+
+def test_rounds_alternate_the_providers_and_report_the_median(tmp_path, injected, monkeypatch):
+    """``--rounds 3``: each right provider is timed three times at each point, the order
+    reversed in the second round; the reported time is the median round (all three kept in
+    the JSON); a WRONG provider is checked once and never timed."""
+    readings = iter([3.0, 1.0, 5.0, 2.0, 9.0, 4.0])     # eager, sdpa-math; reversed; as round 0
+    monkeypatch.setattr(runner, "median_ms", lambda *args: next(readings))
+    argv = TINY + ["--causal", "no", "--mode", "fwd", "--no-plot", "--rounds", "3",
+                   "--providers", "eager,sdpa-math,wrong-fwd"]
+    status, data = bench(argv, tmp_path)
+    assert status == 0
+    assert injected == ["eager", "sdpa-math", "sdpa-math", "eager", "eager", "sdpa-math"]
+    by = {r["provider"]: r for r in data["results"]}
+    assert by["eager"]["ms_rounds"] == [3.0, 2.0, 9.0] and by["eager"]["ms"] == 3.0
+    assert by["sdpa-math"]["ms_rounds"] == [1.0, 5.0, 4.0] and by["sdpa-math"]["ms"] == 4.0
+    assert by["eager"]["vs_best_other"] == pytest.approx(4.0 / 3.0)
+    assert by["wrong-fwd"]["status"] == "WRONG" and by["wrong-fwd"]["ms_rounds"] is None
+    assert _WrongForward.calls == 1
+    assert data["meta"]["rounds"] == 3 and "median of 3 rounds" in data["meta"]["timing"]
+
+
+def test_one_round_keeps_its_single_reading(tmp_path):
+    argv = TINY + ["--causal", "no", "--mode", "fwd", "--no-plot", "--providers", "eager"]
+    status, data = bench(argv, tmp_path)
+    (row,) = data["results"]
+    assert status == 0 and row["ms_rounds"] == [row["ms"]] and data["meta"]["rounds"] == 1
+
+
+def test_median_round_skips_failed_rounds_and_missing_kernel_times():
+    case = BenchCase(batch=1, seqlen=64, nheads=2, nheads_kv=2, headdim=16, causal=False,
+                     dtype="fp32", mode="fwd")
+    first = runner.Measurement("eager", case, "ok", ms=2.0, kernel_ms=None)
+    later = [runner.Measurement("eager", case, "error", reason="x"),
+             runner.Measurement("eager", case, "ok", ms=4.0, kernel_ms=1.5)]
+    merged = runner.median_round(first, later)
+    assert merged.ms == 3.0 and merged.ms_rounds == (2.0, 4.0)
+    assert merged.kernel_ms == 1.5 and merged.kernel_ms_rounds == (1.5,)
+    assert merged.spread == pytest.approx(2.0 / 3.0)
+    wrong = runner.Measurement("eager", case, "WRONG", reason="out err")
+    assert runner.median_round(wrong, []) is wrong
 
 
 def test_kernel_time_ratio_and_summary():

@@ -160,6 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="warm-up time per measurement in ms (default 25)")
     what.add_argument("--rep", type=float, default=100.0, metavar="MS",
                       help="measurement time per point in ms (default 100)")
+    what.add_argument("--rounds", type=_positive_int, default=1, metavar="N",
+                      help="time every point N times, the providers in turn (reversed every "
+                           "other round), and report the median round: ratios between "
+                           "providers then do not hang on one reading each while the clock "
+                           "drifts (default 1; the rounds' times are in the JSON)")
     what.add_argument("--memory", action="store_true",
                       help="also report peak extra GPU memory per call")
     what.add_argument("--kernel-times", action="store_true",
@@ -275,7 +280,7 @@ def resolve_config(args) -> Config:
         notes.append("--kernel-times reads CUDA kernels' device times; nothing to report on CPU")
     options = RunOptions(device=device, providers=names, warmup_ms=args.warmup, rep_ms=args.rep,
                          memory=args.memory, check_only=args.check_only,
-                         kernel_times=args.kernel_times)
+                         kernel_times=args.kernel_times, rounds=args.rounds)
     preset = "quick" if quick else ("full" if args.full else "custom")
     return Config(spec=spec, options=options, subject=subject, preset=preset,
                   notes=tuple(notes))

@@ -80,7 +80,11 @@ def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
         "flop_convention": FLOP_CONVENTION,
         "timing": f"{timing}, warmup {options.warmup_ms:g} ms, rep {options.rep_ms:g} ms"
                   + ("; kernel_ms: summed device times of 5 calls (torch profiler)"
-                     if options.kernel_times and options.device.type == "cuda" else ""),
+                     if options.kernel_times and options.device.type == "cuda" else "")
+                  + (f"; median of {options.rounds} rounds, the providers in turn at each "
+                     f"point (reversed every other round); ms_rounds holds each round"
+                     if options.rounds > 1 and not options.check_only else ""),
+        "rounds": options.rounds,
         "check_rule": CHECK_RULE,
         "providers": {name: PROVIDERS[name].description for name in options.providers},
         "grid": asdict(spec),
@@ -139,6 +143,8 @@ def _cell(m: Measurement, best: bool, memory: bool) -> str:
         text = f"{format_tflops(m.tflops)}\n[dim]{m.ms:.3f} ms[/]"
         if m.kernel_ms is not None:
             text += f"\n[magenta]kernels {m.kernel_ms:.3f} ms[/]"
+        if m.spread is not None:
+            text += f"\n[dim]{len(m.ms_rounds)} rounds ±{50 * m.spread:.1f}%[/]"
         if memory and m.peak_memory is not None:
             text += f"\n[cyan]{_format_bytes(m.peak_memory)}[/]"
         return f"[bold green]{text}[/]" if best else text

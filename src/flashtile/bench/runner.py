@@ -2,10 +2,16 @@
 
 Nothing a provider does can stop the run: unsupported cases become ``n/a`` with the reason,
 failures ``error``, wrong answers ``WRONG`` (and are not timed).
+
+With ``rounds`` > 1 each point is timed that many times, the providers in turn and in the
+reverse order every other round, and the median round is reported: the GPU's clock and the
+host drift over a run by a few percent (docs/perf.md, session 38), so two providers timed once
+each, one after the other, can read several percent apart for no reason of their own.
 """
 
 from __future__ import annotations
 
+import statistics
 import warnings
 from dataclasses import dataclass, replace
 
@@ -29,6 +35,7 @@ class RunOptions:
     memory: bool = False
     check_only: bool = False
     kernel_times: bool = False
+    rounds: int = 1
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,9 @@ class Measurement:
     ``status``: ``ok`` (checked and timed), ``checked`` (``--check-only``), ``WRONG``, ``n/a``
     or ``error``. The ratios compare TFLOP/s at the same point (> 1: this provider is faster).
     ``kernel_ms`` (``--kernel-times``): the GPU's time alone (:func:`.timing.kernel_ms`), and
-    ``vs_cudnn_kernels`` the same ratio as ``vs_cudnn`` from those times.
+    ``vs_cudnn_kernels`` the same ratio as ``vs_cudnn`` from those times. ``ms`` and
+    ``kernel_ms`` are the medians of the rounds' times, kept in ``ms_rounds`` and
+    ``kernel_ms_rounds`` (one each with ``rounds`` = 1).
     """
 
     provider: str
@@ -54,6 +63,15 @@ class Measurement:
     configs: dict | None = None
     kernel_ms: float | None = None
     vs_cudnn_kernels: float | None = None
+    ms_rounds: tuple[float, ...] | None = None
+    kernel_ms_rounds: tuple[float, ...] | None = None
+
+    @property
+    def spread(self) -> float | None:
+        """(slowest - fastest round) / median, or None with fewer than two rounds."""
+        if not self.ms_rounds or len(self.ms_rounds) < 2:
+            return None
+        return (max(self.ms_rounds) - min(self.ms_rounds)) / self.ms
 
     @property
     def tflops(self) -> float | None:
@@ -73,7 +91,8 @@ class Measurement:
                "peak_memory_bytes": self.peak_memory, "best_other": self.best_other,
                "vs_best_other": self.vs_best_other, "vs_cudnn": self.vs_cudnn,
                "configs": self.configs, "kernel_ms": self.kernel_ms,
-               "kernel_tflops": self.kernel_tflops, "vs_cudnn_kernels": self.vs_cudnn_kernels}
+               "kernel_tflops": self.kernel_tflops, "vs_cudnn_kernels": self.vs_cudnn_kernels,
+               "ms_rounds": self.ms_rounds, "kernel_ms_rounds": self.kernel_ms_rounds}
         row["check"] = self.check.as_dict() if self.check is not None else None
         return row
 
@@ -178,20 +197,60 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
     measurements = []
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
+    rounds = 1 if options.check_only else options.rounds
     with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task("benchmark", total=len(cases) * len(options.providers))
+        task = progress.add_task("benchmark",
+                                 total=len(cases) * len(options.providers) * rounds)
+        first: dict[str, Measurement] = {}
+        more: dict[str, list[Measurement]] = {}
         try:
             for case in cases:
-                for name in options.providers:
-                    progress.update(task, description=f"{case.label()} {name:<14}")
-                    measurements.append(_measure_safely(PROVIDERS[name], case, checker,
-                                                        options))
-                    progress.advance(task)
+                first, more = {}, {name: [] for name in options.providers}
+                for turn in range(rounds):
+                    # Round 0 checks each provider (and times the right ones); later rounds
+                    # time again, every other one in the reverse order.
+                    order = options.providers[::-1] if turn % 2 else options.providers
+                    for name in order:
+                        label = f" round {turn + 1}/{rounds}" if rounds > 1 else ""
+                        progress.update(task, description=f"{case.label()} {name:<14}{label}")
+                        if turn == 0:
+                            first[name] = _measure_safely(PROVIDERS[name], case, checker,
+                                                          options)
+                        elif first[name].status == "ok":
+                            more[name].append(_time_safely(PROVIDERS[name], case, options))
+                        progress.advance(task)
+                measurements += [median_round(first[name], more[name]) for name in first]
+                first = {}
             progress.update(task, description="benchmark done")
         except KeyboardInterrupt:
             # Keep what was measured: the tables and the JSON still get written.
+            measurements += [median_round(first[name], more[name]) for name in first]
             progress.update(task, description="interrupted: reporting what was measured")
     return add_ratios(measurements)
+
+
+def median_round(first: Measurement, more: list[Measurement]) -> Measurement:
+    """``first`` (round 0: checked, and timed if right) with ``ms`` and ``kernel_ms`` the
+    medians over it and the later rounds that timed without failing."""
+    if first.status != "ok":
+        return first
+    ms = (first.ms, *(m.ms for m in more if m.status == "ok"))
+    kernels = tuple(k for k in (first.kernel_ms, *(m.kernel_ms for m in more
+                                                   if m.status == "ok")) if k is not None)
+    return replace(first, ms=statistics.median(ms), ms_rounds=ms,
+                   kernel_ms=statistics.median(kernels) if kernels else None,
+                   kernel_ms_rounds=kernels or None)
+
+
+def _time_safely(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:
+    """:func:`_time` for a later round, which reports what it did not anticipate as
+    ``error`` (that round is then left out of the median)."""
+    try:
+        return _time(provider, case, options)
+    except Exception as exc:  # noqa: BLE001
+        release_cached_memory(options.device)
+        return Measurement(provider.name, case, "error",
+                           reason=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
 
 
 def _measure_safely(provider: Provider, case: BenchCase, checker: Checker,
