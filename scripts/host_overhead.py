@@ -8,6 +8,7 @@ a no-op) and the autotuners skip timing. What remains is exactly the host path o
 over many calls, with a cProfile breakdown of the top functions.
 
     python3 scripts/host_overhead.py [--what fwdbwd|fwd|decode|flex|varlen] [--cache N] [--tma]
+        [--headdim D] [--seqlen N]
         [--profile] [--gpu] [--gluon] [--check-plans [decode|dense|gluon]]
     python3 scripts/host_overhead.py --pieces [--calls N] [--rounds R] [--heads H]
 
@@ -74,6 +75,11 @@ def main() -> int:
                    help="time the pieces of a planned forward+backward (Gluon on sm_90 stood "
                         "in for), each alone, in --rounds rounds")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--headdim", type=int, default=128,
+                   help="fwd/fwdbwd: head dim of the (1, seqlen, 16, d) bf16 causal step")
+    p.add_argument("--seqlen", type=int, default=128,
+                   help="fwd/fwdbwd: its sequence length (the launch configs, and so the "
+                        "path, follow the length: e.g. d=64 causal up to 1k takes two passes)")
     p.add_argument("--heads", type=int, default=16,
                    help="--pieces: query/KV heads of the (1, 128, H, 128) bf16 causal step "
                         "(the host path does not depend on it; the one pass's final copy "
@@ -134,9 +140,10 @@ def main() -> int:
             out = flashtile.flash_attn_varlen_func(q, k, v, cu, cu, 172, 172, causal=True)
             torch.autograd.grad(out, (q, k, v), dout)
     else:
-        q, k, v = (torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, device=dev,
-                               requires_grad=True) for _ in range(3))
-        dout = torch.randn(1, 128, 16, 128, dtype=torch.bfloat16, device=dev)
+        shape = (1, args.seqlen, 16, args.headdim)
+        q, k, v = (torch.randn(shape, dtype=torch.bfloat16, device=dev, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn(shape, dtype=torch.bfloat16, device=dev)
 
         def step():
             out = flashtile.flash_attn_func(q, k, v, causal=True)
