@@ -342,6 +342,43 @@ def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
     assert len(gluon_calls) == 1
 
 
+@gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 2, 64), (1, 256, 2, 1, 64),
+                   (2, 512, 4, 4, 128)])
+@pytest.mark.parametrize("one_pass", [False, True], ids=["two-pass", "one-pass"])
+@pytest.mark.parametrize("queries", [64, 128])
+def test_serial_order(gluon_calls, monkeypatch, shape, causal, dtype, one_pass, queries):
+    """``FLASHTILE_GLUON_BWD_SERIAL=1``: each consumer waits for a tile's dV and dK before the
+    next tile's S^T and dP^T (LSE and D one per thread until used), at the default 64 and at
+    128 queries per tile (``FLASHTILE_GLUON_BWD_CONFIG``; d=128: 32 queries, its default);
+    two passes and one, causal, GQA/MQA, several items per program: all three gradients
+    within budget, one launch of this kernel with the switch on."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic" if one_pass else "two-pass")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "1")
+    b, s, hq, hkv, d = shape
+    if d == 64:
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", f"64,{queries},{4 if queries == 64 else 2},240")
+    elif queries == 128:
+        pytest.skip("d=128 keeps 32 queries per tile (its S^T, dP^T, dK, dV fill the registers)")
+    launches = gluon_launches(monkeypatch)
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
+    assert meta["SERIAL"] is True and meta["ONE_PASS"] is one_pass
+    assert meta["BLOCK_M"] == (queries if d == 64 else 32)
+
+
+def test_serial_switch(monkeypatch):
+    """The serial order is opt-in: unset or ``auto`` off, ``1`` on, anything else rejected."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_SERIAL", raising=False)
+    assert bwd_hopper.serial() is False
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "1")
+    assert bwd_hopper.serial() is True
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_SERIAL"):
+        bwd_hopper.serial()
+
+
 def test_dq_late_switch(monkeypatch):
     """``FLASHTILE_GLUON_BWD_DQ_LATE``: ``1`` forces the late dQ reductions; unset, ``auto``
     or ``0`` the early ones (no rule picks the late pass since session 32); anything else

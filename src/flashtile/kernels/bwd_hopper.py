@@ -267,11 +267,15 @@ def _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M: gl
                    CAUSAL: gl.constexpr, dtype: gl.constexpr, a_layout: gl.constexpr):
     """P^T and dS^T of tile t, as register A operands of dV += P^T dO and dK += dS^T Q, and
     dS^T in the scores' layout (one pass: stored for the dQ products)."""
+    col_layout: gl.constexpr = gl.SliceLayout(0, st.type.layout)
+    # (SERIAL: the rows arrive one per thread and spread over the columns here, just before
+    # use, so that 2 * BLOCK_M / 4 registers do not stay live across the products)
+    lse2 = gl.convert_layout(lse2, col_layout)
     pt = gl.exp2(st * qk_scale - lse2[None, :])
     if CAUSAL:                                   # key j is seen by query i iff j <= i
         q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
         pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
-    dst = (pt * (dpt - d_row[None, :])).to(dtype)
+    dst = (pt * (dpt - gl.convert_layout(d_row, col_layout)[None, :])).to(dtype)
     return gl.convert_layout(pt.to(dtype), a_layout), gl.convert_layout(dst, a_layout), dst
 
 
@@ -394,7 +398,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                   KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
                   v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
-                  SKIP_MASKED: gl.constexpr):
+                  SKIP_MASKED: gl.constexpr, SERIAL: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -423,7 +427,10 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
-    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    if SERIAL:      # (a tile's LSE and D rows: one per thread until used)
+        col_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    else:
+        col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     dtype: gl.constexpr = k_desc.dtype
     SKIP: gl.constexpr = _masked_tiles(SKIP_MASKED, HALF, BLOCK_N, BLOCK_M)
     first, step = gl.program_id(0), gl.num_programs(0)
@@ -536,6 +543,9 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 if not DQ_LATE:
                     _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                                sm_scale, HALF, BLOCK_M, HEAD_D)
+            if SERIAL:      # (dV, dK done before the next S^T, dP^T take registers)
+                dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+                dk, dv = warpgroup_mma_init(dk), warpgroup_mma_init(dv)
             nslot = (r + 1) % NUM_STAGES
             mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
             st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
@@ -609,7 +619,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                         KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0,
-                        SKIP_MASKED: gl.constexpr = False):
+                        SKIP_MASKED: gl.constexpr = False, SERIAL: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
@@ -664,14 +674,14 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
@@ -742,6 +752,16 @@ def has_one_pass(d: int) -> bool:
     its consumers' dQ^T parts would be the head dim's 64 and 32 rows, and a wgmma's rows are
     64 (a forced one pass, ``FLASHTILE_BWD_DQ=atomic``, runs the tile-level kernels there)."""
     return fwd_hopper.head_parts(d)[1] == 0
+
+
+def serial() -> bool:
+    """Whether each consumer waits for a tile's dV and dK products before it issues the next
+    tile's S^T and dP^T (FlashAttention-3's order in its backward; the tile's LSE and D rows
+    held one per thread until used), so that S^T and dP^T of 128 queries fit beside dK and dV
+    (d=64: 128 + 64 of the 240 registers) and the overlap comes from the two consumers
+    alone. Opt-in (``FLASHTILE_GLUON_BWD_SERIAL=1``, with
+    ``FLASHTILE_GLUON_BWD_CONFIG=64,128,2,240``), unmeasured."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_SERIAL"))
 
 
 def dq_late() -> bool:
@@ -869,6 +889,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv)),
+             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial()),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

@@ -112,7 +112,7 @@ GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE",
-                                "FLASHTILE_GLUON_BWD_ROWS"),
+                                "FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_SERIAL"),
                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
                                    "FLASHTILE_GLUON_BWD256_GROUP"),
                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256_GROUP",)}
