@@ -530,22 +530,27 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             if HEAD_D2 > 0:
                 dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot),
                                     dv2, is_async=True)
-            if ONE_PASS:
+            if ONE_PASS and not SERIAL:
                 dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
                                 KV_BUFS)
             dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
             if HEAD_D2 > 0:
                 dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot),
                                     dk2, is_async=True)
+            if SERIAL:
+                # dV, dK done before the next S^T, dP^T take registers; one pass: the dQ
+                # products after them, so that P^T and dS^T are no longer live beside dQ^T
+                dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+                dk, dv = warpgroup_mma_init(dk), warpgroup_mma_init(dv)
+                if ONE_PASS:
+                    dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
+                                    KV_BUFS)
             if ONE_PASS:    # (dV and dQ done; dK may still run)
-                dqt = warpgroup_mma_wait(1, deps=(dqt,))
+                dqt = warpgroup_mma_wait(1 - SERIAL, deps=(dqt,))
                 _ds_release(ds_free)
                 if not DQ_LATE:
                     _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                                sm_scale, HALF, BLOCK_M, HEAD_D)
-            if SERIAL:      # (dV, dK done before the next S^T, dP^T take registers)
-                dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-                dk, dv = warpgroup_mma_init(dk), warpgroup_mma_init(dv)
             nslot = (r + 1) % NUM_STAGES
             mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
             st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
