@@ -357,7 +357,8 @@ def test_serial_order(gluon_calls, monkeypatch, shape, causal, dtype, one_pass, 
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "1")
     b, s, hq, hkv, d = shape
     if d == 64:
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", f"64,{queries},{4 if queries == 64 else 2},240")
+        slots = 4 if queries == 64 else 2
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", f"64,{queries},{slots},240")
     elif queries == 128:
         pytest.skip("d=128 keeps 32 queries per tile (its S^T, dP^T, dK, dV fill the registers)")
     launches = gluon_launches(monkeypatch)

@@ -469,6 +469,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             mbarrier.wait(kv_bar.index(KV_BUFS * (1 - HALF) + c % KV_BUFS), (c // KV_BUFS) & 1)
 
         keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, s_layout))
+        key_last = n0 + HALF * BLOCK_N + BLOCK_N - 1
         s_zero = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, s_layout)
         if SKIP > 0:    # (tiles 0 .. SKIP-1: wholly masked for this consumer's keys)
             if ONE_PASS:
@@ -509,55 +510,69 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dv2 = None
         lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, SKIP,
                                  i0, n_i, BLOCK_M, col_layout)
-        for t in range(SKIP, n_t - 1):  # the last tile has no next S^T: peeled below
-            r = it + t
-            if HEAD_D2 > 0:
-                st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(
-                    0, deps=(st, dpt, dk, dv, dk2, dv2))
-            else:
-                st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
-            if t > SKIP:    # tile t-1's Q and dO are read: hand its slot back to the loader
-                mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
-            pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
-                                                qk_scale, BLOCK_M, CAUSAL, dtype, a_layout)
-            if ONE_PASS:
-                _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
-            # (the next tile's rows are fetched now, to land while the GEMMs run)
-            lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
-                                     t + 1, i0, n_i, BLOCK_M, col_layout)
-            slot = r % NUM_STAGES
-            dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
-            if HEAD_D2 > 0:
-                dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot),
-                                    dv2, is_async=True)
-            if ONE_PASS and not SERIAL:
-                dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
-                                KV_BUFS)
-            dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
-            if HEAD_D2 > 0:
-                dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot),
-                                    dk2, is_async=True)
-            if SERIAL:
-                # dV, dK done before the next S^T, dP^T take registers; one pass: the dQ
-                # products after them, so that P^T and dS^T are no longer live beside dQ^T
-                dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
-                dk, dv = warpgroup_mma_init(dk), warpgroup_mma_init(dv)
+        # Causal with the serial order: the tiles that reach this consumer's keys first, masked,
+        # then the rest without the mask (two copies of the loop; one pass at 128 queries held
+        # the masked loop's query positions in registers and spilled), MHA only (with GQA the
+        # masked tiles recur per query head); otherwise one loop, masked where causal.
+        PHASES: gl.constexpr = 2 if SERIAL and CAUSAL else 1
+        n_diag = n_t - 1
+        if PHASES == 2:
+            if group == 1:
+                n_diag = gl.minimum(n_t - 1, gl.maximum(
+                    SKIP, gl.cdiv(key_last + 1 - i0 * BLOCK_M, BLOCK_M)))
+        for phase in gl.static_range(PHASES):
+            lo = SKIP if phase == 0 else n_diag
+            hi = n_diag if PHASES == 2 and phase == 0 else n_t - 1
+            for t in range(lo, hi):  # the last tile has no next S^T: peeled below
+                r = it + t
+                if HEAD_D2 > 0:
+                    st, dpt, dk, dv, dk2, dv2 = warpgroup_mma_wait(
+                        0, deps=(st, dpt, dk, dv, dk2, dv2))
+                else:
+                    st, dpt, dk, dv = warpgroup_mma_wait(0, deps=(st, dpt, dk, dv))
+                if t > SKIP:    # tile t-1's Q and dO are read: hand its slot back to the loader
+                    mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
+                pt_op, dst_op, dst = _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row,
+                                                    qk_scale, BLOCK_M, CAUSAL and phase == 0,
+                                                    dtype, a_layout)
                 if ONE_PASS:
+                    _ds_publish(dst, ds_smem, ds_ready, ds_free, r, HALF)
+                # (the next tile's rows are fetched now, to land while the GEMMs run)
+                lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h,
+                                         t + 1, i0, n_i, BLOCK_M, col_layout)
+                slot = r % NUM_STAGES
+                dv = warpgroup_mma(pt_op, do_smem.index(slot), dv, is_async=True)
+                if HEAD_D2 > 0:
+                    dv2 = warpgroup_mma(gl.convert_layout(pt_op, a2_layout), do_smem2.index(slot),
+                                        dv2, is_async=True)
+                if ONE_PASS and not SERIAL:
                     dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
                                     KV_BUFS)
-            if ONE_PASS:    # (dV and dQ done; dK may still run)
-                dqt = warpgroup_mma_wait(1 - SERIAL, deps=(dqt,))
-                _ds_release(ds_free)
-                if not DQ_LATE:
+                dk = warpgroup_mma(dst_op, q_smem.index(slot), dk, is_async=True)
+                if HEAD_D2 > 0:
+                    dk2 = warpgroup_mma(gl.convert_layout(dst_op, a2_layout), q_smem2.index(slot),
+                                        dk2, is_async=True)
+                if SERIAL:
+                    # dV, dK done before the next S^T, dP^T take registers; one pass: the dQ
+                    # products after them, so that P^T and dS^T are no longer live beside dQ^T
+                    dk, dv = warpgroup_mma_wait(0, deps=(dk, dv))
+                    dk, dv = warpgroup_mma_init(dk), warpgroup_mma_init(dv)
+                    if ONE_PASS:
+                        dqt = _dq_issue(k_smem, ds_smem, ds_ready, dq_zero, r, c, HALF, HEAD_D,
+                                        KV_BUFS)
+                if ONE_PASS:    # (dV and dQ done; dK may still run)
+                    dqt = warpgroup_mma_wait(1 - SERIAL, deps=(dqt,))
+                    _ds_release(ds_free)
+                    if not DQ_LATE:
+                        _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
+                                   sm_scale, HALF, BLOCK_M, HEAD_D)
+                nslot = (r + 1) % NUM_STAGES
+                mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
+                st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
+                                        v_cur2, q_smem2, do_smem2)
+                if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
                     _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
                                sm_scale, HALF, BLOCK_M, HEAD_D)
-            nslot = (r + 1) % NUM_STAGES
-            mbarrier.wait(ready.index(nslot), ((r + 1) // NUM_STAGES) & 1)
-            st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, nslot, s_zero, k_cur2,
-                                    v_cur2, q_smem2, do_smem2)
-            if ONE_PASS and DQ_LATE:    # (under the next tile's S^T and dP^T)
-                _dq_reduce(dqt, dq_smem.index(HALF), dq_desc, t, i0, n_i, q_row0, q_col0,
-                           sm_scale, HALF, BLOCK_M, HEAD_D)
         t = n_t - 1
         r = it + t
         if HEAD_D2 > 0:
