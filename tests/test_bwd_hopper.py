@@ -370,14 +370,42 @@ def test_serial_order(gluon_calls, monkeypatch, shape, causal, dtype, one_pass, 
 
 
 def test_serial_switch(monkeypatch):
-    """The serial order is opt-in: unset or ``auto`` off, ``1`` on, anything else rejected."""
+    """The serial order's rule: d=64's one pass where the queries divide into 128-query
+    tiles; ``1``/``0`` force it; anything else is rejected."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_SERIAL", raising=False)
-    assert bwd_hopper.serial() is False
+    assert bwd_hopper.serial(64, True, 1024) is True
+    assert bwd_hopper.serial(64, True, 320) is False      # (5 tiles of 64, not of 128)
+    assert bwd_hopper.serial(64, False, 1024) is False    # (two passes)
+    assert bwd_hopper.serial(128, True, 1024) is False
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "1")
-    assert bwd_hopper.serial() is True
+    assert bwd_hopper.serial(128, False, 1024) is True
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "0")
+    assert bwd_hopper.serial(64, True, 1024) is False
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_SERIAL"):
-        bwd_hopper.serial()
+        bwd_hopper.serial(64, True, 1024)
+
+
+@pytest.mark.parametrize("d,seqlen,causal,one_pass,serial,queries", [
+    (64, 1024, False, True, True, 128), (64, 2048, True, True, True, 128),
+    (64, 1024, True, False, False, 64), (64, 320, False, True, False, 64),
+    (128, 1024, False, False, False, 32)])
+def test_default_serial_config(monkeypatch, d, seqlen, causal, one_pass, serial, queries):
+    """The launch the rule makes (captured on the CPU, not run): d=64's one pass in the
+    serial order at 128 queries per tile, 2 slots; two passes, lengths 128 does not divide,
+    and d=128 in their old configs."""
+    seen = gluon_launches(monkeypatch, run=False)
+    for name in ("FLASHTILE_GLUON_BWD_SERIAL", "FLASHTILE_GLUON_BWD_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    q, k, v, dout = (torch.randn(1, seqlen, 4, d, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, 4, seqlen)
+    dq_acc = (torch.zeros(bwd_hopper.dq_acc_shape(q)) if one_pass else None)
+    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params,
+                    dq_acc=dq_acc)
+    ((role, _, meta),) = seen
+    assert role == "dkdv" and meta["SERIAL"] is serial and meta["BLOCK_M"] == queries
+    assert meta["NUM_STAGES"] == (2 if serial else bwd_hopper.config(d)[2])
 
 
 def test_dq_late_switch(monkeypatch):

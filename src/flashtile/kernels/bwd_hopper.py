@@ -94,7 +94,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
-from .common import env_forced, gluon_switch_on
+from .common import GLUON_SWITCHES, env_forced, getenv, gluon_switch_on
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
@@ -774,14 +774,42 @@ def has_one_pass(d: int) -> bool:
     return fwd_hopper.head_parts(d)[1] == 0
 
 
-def serial() -> bool:
+# The serial order's config by head dim (:func:`serial`): d=64 at 128 queries per tile
+# (FlashAttention-3's 128 x 128 tiles at d=64), 2 ring slots (3 do not fit beside the one
+# pass's dS^T and dQ tiles).
+SERIAL_CONFIGS = {64: (64, 128, 2, 240)}
+
+
+def serial(d: int = 0, one_pass: bool = False, seqlen_q: int = 0) -> bool:
     """Whether each consumer waits for a tile's dV and dK products before it issues the next
     tile's S^T and dP^T (FlashAttention-3's order in its backward; the tile's LSE and D rows
-    held one per thread until used), so that S^T and dP^T of 128 queries fit beside dK and dV
-    (d=64: 128 + 64 of the 240 registers) and the overlap comes from the two consumers
-    alone. Opt-in (``FLASHTILE_GLUON_BWD_SERIAL=1``, with
-    ``FLASHTILE_GLUON_BWD_CONFIG=64,128,2,240``), unmeasured."""
-    return bool(env_forced("FLASHTILE_GLUON_BWD_SERIAL"))
+    held one per thread until used; one pass: the dQ products after dV and dK; causal MHA:
+    the masked tiles in a loop of their own), so that S^T and dP^T of 128 queries fit beside
+    dK and dV (d=64: 128 + 64 of the 240 registers; the overlap then comes from the two
+    consumers alone). By default at d=64 in the one pass (:func:`one_pass`) where the queries
+    divide into 128-query tiles (:data:`SERIAL_CONFIGS`); ``FLASHTILE_GLUON_BWD_SERIAL=1`` /
+    ``0`` force it on / off (with the config of :func:`config`, or
+    ``FLASHTILE_GLUON_BWD_CONFIG``).
+
+    Measured (session 39, H100, fwd+bwd kernel sums, two alternating rounds, against 64
+    queries in the overlapped order): one pass 0.977x / 0.958x / 0.961x unmasked at 1k / 4k /
+    16k, 0.913x / 0.912x causal at 4k / 16k (the backward alone ~6% and ~12% faster); two
+    passes at 128 queries 0.98-1.07x of the one pass at 64 (causal 1k, two passes by
+    :func:`one_pass`: 0.999x). Offline (sm_90a): the one pass spills 264 B (unmasked) and 416 B
+    (causal, two loop copies), none serialised; without the serial order 128 queries spill
+    692-1072 B and serialise every wgmma."""
+    forced = env_forced("FLASHTILE_GLUON_BWD_SERIAL")
+    if forced is not None:
+        return forced
+    return one_pass and d in SERIAL_CONFIGS and seqlen_q % SERIAL_CONFIGS[d][1] == 0
+
+
+def launch_config(d: int, serial_order: bool) -> tuple[int, int, int, int]:
+    """:func:`config`, or :data:`SERIAL_CONFIGS` for the serial order by default (unless
+    ``FLASHTILE_GLUON_BWD_CONFIG`` is set)."""
+    if serial_order and d in SERIAL_CONFIGS and not getenv(GLUON_SWITCHES["bwd_hopper"][2]):
+        return SERIAL_CONFIGS[d]
+    return config(d)
 
 
 def dq_late() -> bool:
@@ -876,7 +904,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
-    block_n, block_m, stages, regs = config(d)
+    serial_order = serial(d, dq_acc is not None, sq)
+    block_n, block_m, stages, regs = launch_config(d, serial_order)
     n_ntiles = work_tiles(q, k)
     n_work = n_ntiles * b * hkv
     causal = fwd_hopper.causal(params)
@@ -909,6 +938,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                            "FLASHTILE_GLUON_BWD_GROUP")
              if causal else 1, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial()),
+             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial_order),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
+        + (" serial" if serial_order else "")
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))
