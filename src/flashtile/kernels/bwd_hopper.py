@@ -21,7 +21,8 @@ Notation:
   ``CAUSAL``; ``GROUP`` (:data:`SINGLE_UPTO`); ``KV_BUFS``: K/V buffers per consumer (2 in a
   persistent grid); ``ONE_PASS``: dQ added here; ``DQ_LATE``: a tile's dQ part leaves under the
   next tile's products; ``SKIP_MASKED`` (:func:`skips_masked`): causal, the second consumer
-  skips the item's tiles wholly above its keys;
+  skips the item's tiles wholly above its keys; ``SERIAL`` (:func:`serial`): the serial
+  order below, with :data:`SERIAL_CONFIGS`;
 - the *loader* (one warp, 24 registers, :func:`_load_q_do`) streams (Q, dO) by TMA into the ring
   (``ready``; ``empty``: count 2); two *consumers* (a warpgroup each, up to 240 registers,
   ``HALF`` 0/1, :func:`_dkdv_consume`) keep their K and V in shared memory (``kv_bar``); one
@@ -40,6 +41,12 @@ Schedule (a consumer, per item):
    reduce it;) issue tile t+1's S^T and dP^T (``DQ_LATE``: the reduction after them).
 3. dK * scale and dV through the K and V tiles by TMA (one pass: once the other consumer's last
    dQ products have read this K).
+
+``SERIAL`` (d=64's one pass by default, at 128 queries per tile): in step 2 the consumer waits
+for dV and dK before it issues tile t+1's S^T and dP^T, and the one pass's dQ products follow
+dV and dK; a tile's LSE and D rows stay one per thread until used; causal MHA items run their
+masked tiles in a loop of their own. So S^T and dP^T of 128 queries (128 registers) fit beside
+dK and dV (64), and the tensor cores are kept busy by the other consumer.
 
 - One wait per tile with the next S^T, dP^T issued right after dV, dK: ptxas serialises every
   wgmma of a stage in which ordinary instructions touch an accumulator still in flight.
@@ -76,6 +83,9 @@ Measured (H200, forward+backward; "time": kernel time):
 - Nsight Compute, d=128 4k: tensor pipe 49%, L1/shared 71% (cuDNN 64%, 69%); suspects: the
   transposed N=32 products reading both operands from shared memory (session 22; hence
   :mod:`.bwdrows_hopper`);
+- the serial order at 128 queries per tile (d=64, session 39, H100, fwd+bwd kernel sums,
+  two alternating rounds): one pass 0.958-0.977x unmasked (1k-16k), 0.912-0.913x causal
+  (4k/16k); on by default there (:func:`serial`);
 - rejected: one tile at a time (FA3's order, S^T, dP^T accumulated onto -LSE and -D), time +14%
   to +33% at 64 x 32, level at 64 x 64 (session 22, git 31e9a46); per-thread
   ``red.global.add.f32`` dQ, 30-43% slower at d=128 (session 13).
