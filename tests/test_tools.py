@@ -59,23 +59,26 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(monkeypatch, d, mask):
     HGMMA): the regression that cost the forward its overlap in sessions 9-10
     (kernels/fwd_hopper.py). None spills, except at d=128 causal the one-pass dK/dV kernel
     (8 B of item-level scalars, 88 B with two K/V buffers per consumer; kernels/bwd_hopper.py),
-    held under 128 B here, and the forward with S_1 issued before the first softmax (12 B, 3
-    stores; measured 3-5.5% faster all the same, fwd_hopper.early_s1), held under 16 B. At
-    d=64 1k keys make the grid persistent (two K/V buffers)."""
-    # (the script exits 1 on any spill: the one pass's allowance is checked below)
+    held under 128 B here, the forward with S_1 issued before the first softmax (12 B, 3
+    stores; measured 3-5.5% faster all the same, fwd_hopper.early_s1), held under 16 B, and
+    d=64's one pass in the serial order at 128 queries per tile (264 B unmasked, session 39:
+    measured 2-4% faster than 64 queries without spills, bwd_hopper.serial), held under 288 B.
+    At d=64 1k keys make the grid persistent (two K/V buffers)."""
+    # (the script exits 1 on any spill: the allowances are checked below)
     seqlen = "512" if d == 128 else "1024"
     # (the transposed one pass: at d=128 the rows kernel runs by default, compiled below)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")
     out = _run("inspect_kernels.py", "--gluon", "--one-pass", "--d", str(d), "--seqlen", seqlen,
-               *([mask] if mask == "--causal" else []), ok=(0, 1) if d == 128 else (0,))
+               *([mask] if mask == "--causal" else []), ok=(0, 1))
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
     assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dkdv+dq (one pass)",
                           "gluon dq"}, out
     for name in lines:
         line = lines[name]
         spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
-        allowed = {"gluon dkdv+dq (one pass)": 128, "gluon fwd (ws)": 16}.get(name, 0)
-        assert spill <= (allowed if d == 128 else 0), line
+        allowed = ({"gluon dkdv+dq (one pass)": 128, "gluon fwd (ws)": 16} if d == 128
+                   else {"gluon dkdv+dq (one pass)": 288}).get(name, 0)
+        assert spill <= allowed, line
         assert "C75" not in line, line
         sass, waits = out.split(line, 1)[1].splitlines()[1:4:2]
         assert "HGMMA 0," not in sass, sass
