@@ -52,7 +52,7 @@ def test_inspect_kernels_compiles_for_hopper():
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-@pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal")])
+@pytest.mark.parametrize("d,mask", [(128, "--causal"), (64, "--no-causal"), (64, "--causal")])
 def test_gluon_kernels_keep_their_wgmma_asynchronous(monkeypatch, d, mask):
     """The Gluon kernels compiled for sm_90a (forward, dK/dV in two passes and in one, dQ)
     do not get their wgmmas serialised by ptxas (its C75xx warnings, at most one wait per 4
@@ -61,8 +61,9 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(monkeypatch, d, mask):
     (8 B of item-level scalars, 88 B with two K/V buffers per consumer; kernels/bwd_hopper.py),
     held under 128 B here, the forward with S_1 issued before the first softmax (12 B, 3
     stores; measured 3-5.5% faster all the same, fwd_hopper.early_s1), held under 16 B, and
-    d=64's one pass in the serial order at 128 queries per tile (264 B unmasked, session 39:
-    measured 2-4% faster than 64 queries without spills, bwd_hopper.serial), held under 288 B.
+    d=64's one pass in the serial order at 128 queries per tile (264 B unmasked, 416 B causal,
+    session 39: measured 2-9% faster than 64 queries without spills, bwd_hopper.serial), held
+    under 288 B and 448 B.
     At d=64 1k keys make the grid persistent (two K/V buffers)."""
     # (the script exits 1 on any spill: the allowances are checked below)
     seqlen = "512" if d == 128 else "1024"
@@ -77,7 +78,8 @@ def test_gluon_kernels_keep_their_wgmma_asynchronous(monkeypatch, d, mask):
         line = lines[name]
         spill = int(re.search(r"(\d+) bytes spill stores", line).group(1))
         allowed = ({"gluon dkdv+dq (one pass)": 128, "gluon fwd (ws)": 16} if d == 128
-                   else {"gluon dkdv+dq (one pass)": 288}).get(name, 0)
+                   else {"gluon dkdv+dq (one pass)": 448 if mask == "--causal" else 288}
+                   ).get(name, 0)
         assert spill <= allowed, line
         assert "C75" not in line, line
         sass, waits = out.split(line, 1)[1].splitlines()[1:4:2]

@@ -104,7 +104,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
-from .common import GLUON_SWITCHES, env_forced, getenv, gluon_switch_on
+from .common import env_forced, gluon_switch_on
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
@@ -283,7 +283,7 @@ def _grad_operands(st, dpt, keys, t, i0, n_i, lse2, d_row, qk_scale, BLOCK_M: gl
     lse2 = gl.convert_layout(lse2, col_layout)
     pt = gl.exp2(st * qk_scale - lse2[None, :])
     if CAUSAL:                                   # key j is seen by query i iff j <= i
-        q_pos = _query_pos(t, i0, n_i, BLOCK_M, gl.SliceLayout(0, st.type.layout))
+        q_pos = _query_pos(t, i0, n_i, BLOCK_M, col_layout)
         pt = gl.where(keys[:, None] <= q_pos[None, :], pt, 0.0)
     dst = (pt * (dpt - gl.convert_layout(d_row, col_layout)[None, :])).to(dtype)
     return gl.convert_layout(pt.to(dtype), a_layout), gl.convert_layout(dst, a_layout), dst
@@ -532,7 +532,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                     SKIP, gl.cdiv(key_last + 1 - i0 * BLOCK_M, BLOCK_M)))
         for phase in gl.static_range(PHASES):
             lo = SKIP if phase == 0 else n_diag
-            hi = n_diag if PHASES == 2 and phase == 0 else n_t - 1
+            hi = n_diag if phase == 0 else n_t - 1
             for t in range(lo, hi):  # the last tile has no next S^T: peeled below
                 r = it + t
                 if HEAD_D2 > 0:
@@ -790,7 +790,7 @@ def has_one_pass(d: int) -> bool:
 SERIAL_CONFIGS = {64: (64, 128, 2, 240)}
 
 
-def serial(d: int = 0, one_pass: bool = False, seqlen_q: int = 0) -> bool:
+def serial(d: int, one_pass: bool, seqlen_q: int) -> bool:
     """Whether each consumer waits for a tile's dV and dK products before it issues the next
     tile's S^T and dP^T (FlashAttention-3's order in its backward; the tile's LSE and D rows
     held one per thread until used; one pass: the dQ products after dV and dK; causal MHA:
@@ -815,11 +815,10 @@ def serial(d: int = 0, one_pass: bool = False, seqlen_q: int = 0) -> bool:
 
 
 def launch_config(d: int, serial_order: bool) -> tuple[int, int, int, int]:
-    """:func:`config`, or :data:`SERIAL_CONFIGS` for the serial order by default (unless
-    ``FLASHTILE_GLUON_BWD_CONFIG`` is set)."""
-    if serial_order and d in SERIAL_CONFIGS and not getenv(GLUON_SWITCHES["bwd_hopper"][2]):
-        return SERIAL_CONFIGS[d]
-    return config(d)
+    """:func:`config`, or :data:`SERIAL_CONFIGS` for the serial order (either overridden by
+    ``FLASHTILE_GLUON_BWD_CONFIG``)."""
+    serial_config = serial_order and d in SERIAL_CONFIGS
+    return fwd_hopper.env_config("bwd_hopper", SERIAL_CONFIGS if serial_config else _CONFIGS, d)
 
 
 def dq_late() -> bool:
