@@ -1,0 +1,80 @@
+"""Issue 7's grid as a markdown table for docs/perf.md, from a ``flashtile bench --rounds N
+--kernel-times`` JSON: one row per (head dim, mask, mode), one column per seqlen, each cell
+``call ratio (kernel ratio) [lowest-highest round]`` of the subject against a baseline
+(default: flashtile against SDPA-cuDNN), then the count of points at >= 1.0x and the geomeans.
+
+    python3 scripts/grid_table.py docs/results/<call>/bf16/bench-*.json [--base sdpa-cudnn]
+
+A round's ratio compares the two providers' calls of the same round (timed back to back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def _seqlen(s: int) -> str:
+    return f"{s // 1024}k" if s % 1024 == 0 else str(s)
+
+
+def table(path: Path, subject: str, base: str) -> list[str]:
+    """The markdown lines for one bench JSON."""
+    rows = json.loads(path.read_text())["results"]
+    by_key = {(r["provider"], r["d"], r["causal"], r["mode"], r["s"]): r for r in rows
+              if r.get("status") == "ok"}
+    seqlens = sorted({r["s"] for r in rows})
+    groups = sorted({(r["d"], r["causal"], r["mode"]) for r in rows},
+                    key=lambda g: (-g[0], g[2] != "fwd", g[1]))
+    lines = ["| d | mask | mode | " + " | ".join(_seqlen(s) for s in seqlens) + " |",
+             "|---" * (3 + len(seqlens)) + "|"]
+    calls, kernels = {}, {}
+    for d, causal, mode in groups:
+        cells = []
+        for s in seqlens:
+            ours, theirs = (by_key.get((p, d, causal, mode, s)) for p in (subject, base))
+            if ours is None or theirs is None:
+                cells.append("—")
+                continue
+            call = theirs["ms"] / ours["ms"]
+            cell = f"{call:.2f}×"
+            if ours.get("kernel_ms") and theirs.get("kernel_ms"):
+                kern = theirs["kernel_ms"] / ours["kernel_ms"]
+                kernels.setdefault(mode, []).append(kern)
+                cell += f" ({kern:.2f}×)"
+            rounds = [t / o for o, t in zip(ours.get("ms_rounds") or [], theirs.get("ms_rounds") or [])]
+            if len(rounds) > 1:
+                cell += f" [{min(rounds):.2f}–{max(rounds):.2f}]"
+            calls.setdefault(mode, []).append(call)
+            cells.append(cell)
+        lines.append(f"| {d} | {'causal' if causal else 'full'} | {mode} | " + " | ".join(cells) + " |")
+
+    def geomean(xs):
+        return math.exp(sum(map(math.log, xs)) / len(xs))
+
+    lines.append("")
+    for mode in calls:
+        at_par = sum(x >= 0.995 for x in calls[mode])
+        kern = kernels.get(mode, [])
+        lines.append(f"- {mode}: {at_par} of {len(calls[mode])} points at >= 1.0x by call "
+                     f"({sum(x >= 0.995 for x in kern)} by kernels); geomean by call "
+                     f"{geomean(calls[mode]):.3f}" + (f", by kernels {geomean(kern):.3f}" if kern else ""))
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json", nargs="+", type=Path)
+    p.add_argument("--subject", default="flashtile")
+    p.add_argument("--base", default="sdpa-cudnn")
+    args = p.parse_args()
+    for path in args.json:
+        print(f"{path}:\n")
+        print("\n".join(table(path, args.subject, args.base)))
+        print()
+
+
+if __name__ == "__main__":
+    main()
