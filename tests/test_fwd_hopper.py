@@ -232,6 +232,65 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
     assert fwd_hopper.causal_group(8, rule[64]) == 3
 
 
+@gluon_cases_over([(3, 1024, 12, 4, 128), (2, 512, 9, 9, 64), (1, 512, 6, 2, 256)])
+def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_FWD_WINDOW``: chunks of 1 within windows of heads (the kernel's
+    ``GROUP`` < 0): windows of 5 and 4 over 36, 18 and 6 (batch, head) pairs (the last
+    window short but for 36 / 4: of 1, 3, 1 heads, then 2, 2), GQA among them, over a
+    persistent grid; every item walked once (outputs NaN-poisoned before the launch, and
+    gradients, within budget), each causal launch given its window."""
+    from test_kernels import check
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "1")
+    for heads in ("5", "4"):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", heads)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    groups = [meta["GROUP"] for role, _, meta in launches if role == "fwd"]
+    assert groups == ([-5, -4] if causal else [1, 1]), groups
+
+
+def test_causal_window_rule_and_bad_value(monkeypatch):
+    """:func:`fwd_hopper.causal_window`: off unless asked; ``auto`` fills 16 MB of L2 with
+    K/V in a power of two of heads; windows only replace chunks of 1, and a window of every
+    head is chunks of 1 itself."""
+    window = fwd_hopper.causal_window
+    kv = 2 * 512 * 128 * 2                      # d=128 bf16 at 512 keys: 256 KB a head
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_WINDOW", raising=False)
+    assert window(1, 512, kv) == 1 and window(8, 512, kv) == 8
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "0")
+    assert window(1, 512, kv) == 1
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "auto")
+    assert window(1, 512, kv) == -64            # 16 MB / 256 KB
+    assert window(1, 512, 3 * kv) == -16        # 21.3 heads: 16
+    assert window(1, 512, 1 << 30) == -1        # one head's K/V past the budget: one a window
+    assert window(8, 512, kv) == 8
+    assert window(1, 64, kv) == 1               # 64 heads or fewer: one window, chunks of 1
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "5")
+    assert window(1, 512, kv) == -5 and window(1, 5, kv) == 1
+    for bad in ("-3", "x", "1.5"):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", bad)
+        with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_WINDOW must be 0, a positive"):
+            window(1, 512, kv)
+
+
+def test_causal_window_launch(monkeypatch):
+    """With windows asked for, the causal forward at d=128 512 keys (chunks of 1 by rule) is
+    launched with ``GROUP`` -W and a label that names the window; unmasked, or off, it is not.
+    Runs on the CPU: the launch is captured, not made."""
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
+    q, k, v = (torch.randn(2, 512, 48, 128, dtype=torch.bfloat16) for _ in range(3))
+    for value, causal in (("auto", True), ("auto", False), ("0", True)):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", value)
+        params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(2, 48, 512))
+    metas = [(launch[5]["GROUP"], launch[8]) for launch in seen]
+    assert metas[0] == (-64, "gluon 128x64/4s window 64"), metas   # 96 pairs, 64 a window
+    assert metas[1][0] == 1 and "window" not in metas[1][1], metas
+    assert metas[2][0] == 1 and "window" not in metas[2][1], metas
+
+
 @pytest.mark.parametrize("d,causal,early", [(64, False, True), (64, True, True),
                                              (128, False, False), (128, True, True),
                                              (256, False, False), (256, True, False),

@@ -108,7 +108,8 @@ GLUON_SWITCHES = {"fwd_hopper": ("FLASHTILE_GLUON_FWD", "auto", "FLASHTILE_GLUON
 # orders, the forward's first softmax, P operand and S_0 ahead, and the one-pass dQ's schedule
 # and kernel.
 GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
-                                "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_EARLY_S1",
+                                "FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_WINDOW",
+                                "FLASHTILE_GLUON_FWD_EARLY_S1",
                                 "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_NEXT_S0"),
                  "bwd_hopper": ("FLASHTILE_GLUON_BWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_GROUP", "FLASHTILE_GLUON_BWD_DQ_LATE",

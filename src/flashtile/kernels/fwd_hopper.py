@@ -219,7 +219,14 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     every head's tiles of a chunk neighbours, so programs running at once share their
     head's K/V in L2 (with GROUP 1 they run the same tile of different heads and each
     streams its own head's K/V from HBM: 128 FLOP per byte at 128 rows, under the H200's
-    ~150)."""
+    ~150).
+
+    ``GROUP`` < 0 (causal, :func:`causal_window`): GROUP 1's order within windows of -GROUP
+    heads, one window after the other: a head's tiles are at most -GROUP * tiles items
+    apart, so its K/V are still in L2 when its next tile comes (with GROUP 1 every head
+    comes between, and at 512 keys the L2 no longer holds them all), and the last items are
+    still the lightest (chunks that hold a head's every tile mix heavy and light items in
+    every round, the last too)."""
     n_bh = n_work // n_tiles
     tile = w % n_tiles
     bh = w // n_tiles
@@ -236,6 +243,13 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
             rest = w - chunk * n_bh * GROUP
             tile = chunk * GROUP + rest % width
             bh = rest // width
+        elif GROUP < 0:                     # windows of -GROUP heads, each heaviest first
+            per = -GROUP * n_tiles
+            window = w // per
+            heads = gl.minimum(n_bh + GROUP * window, -GROUP)     # (the last may be short)
+            rest = w - window * per
+            tile = rest // heads
+            bh = rest % heads - GROUP * window
         else:
             tile = w // n_bh
             bh = w % n_bh
@@ -1246,6 +1260,42 @@ def causal_group(n_tiles: int, single_upto: int,
     return int(value)
 
 
+# The L2 bytes a window of the causal order may fill with its heads' K/V (:func:`causal_window`):
+# a third of the H100's and the H200's 50 MB, the rest left to the Q and O tiles streaming by
+WINDOW_KV_BYTES = 16 << 20
+
+
+def causal_window(group: int, n_bh: int, kv_bytes: int,
+                  variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
+    """The kernel's ``GROUP`` with windows (:func:`_work_tile`): where the causal order runs
+    in chunks of 1 (``group`` 1) and ``variable`` asks for windows, -W for windows of W of the
+    ``n_bh`` (batch, head) pairs, else ``group``. ``kv_bytes``: one head's K and V.
+
+    Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
+    d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
+    items reads them from HBM again (10 tile reads per head, not 4). Chunks of 8 read them
+    once but give up the light last round: on the H100 (session 40, kernel sums, two rounds)
+    168.5 / 169.2 us in chunks of 1, 127.0 / 131.7 in chunks of 8, 141.9 / 140.8 in chunks of 2
+    (cuDNN 99-100); d=256 causal 512 164.6 -> 114.0 (one round); d=96 174.3 -> 184.8; on the
+    H200 in session 15 (an older kernel) chunks of 1 led by 7%. Windows keep both.
+
+    ``variable`` unset or ``0``: none (the measured default, until windows are measured);
+    ``auto``: as many heads as fill :data:`WINDOW_KV_BYTES`, rounded down to a power of two
+    (few compiled variants); a positive integer: that many heads."""
+    value = getenv(variable, "0")
+    if value == "auto":
+        heads = max(1, WINDOW_KV_BYTES // max(kv_bytes, 1))
+        heads = 1 << (heads.bit_length() - 1)
+    elif value.isdigit():
+        heads = int(value)
+    else:
+        raise ValueError(f"{variable} must be 0, a positive integer (heads per window) or "
+                         f"'auto', got {value!r}")
+    if group != 1 or heads == 0 or heads >= n_bh:
+        return group            # (a window of every head is chunks of 1's order)
+    return -heads
+
+
 # The forward's work tiles per head (2 * BLOCK_M query rows each) up to which its causal order
 # runs in chunks of 1 (:func:`causal_group`), by head dim. Measured against chunks of 8: d=64
 # 1k (8 tiles) +10% (session 13); d=128 512 (4 tiles) +7% in alternating runs, and 1k (8
@@ -1345,6 +1395,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     n_work = n_mtiles * b * hq
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
     # *_desc2 descriptors, None where the head dim is whole)
+    group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), b * hq,
+                          2 * sk * d * k.element_size()) if causal(params) else 1
     parts = [cols for cols in head_parts(d) if cols]
     tiles = tuple((t, (rows, cols)) for cols in parts
                   for t, rows in ((q, block_m), (k, block_n), (v, block_n), (out, block_m)))
@@ -1357,9 +1409,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
         dict(BLOCK_M=block_m, BLOCK_N=block_n, HEAD_D=head_parts(d)[0],
              HEAD_D2=head_parts(d)[1], NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
-             GROUP=causal_group(n_mtiles, SINGLE_UPTO[d]) if causal(params) else 1,
+             GROUP=group,
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
              NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
-        part_descriptor, "fwd", f"gluon {2 * block_m}x{block_n}/{stages}s")
+        part_descriptor, "fwd",
+        f"gluon {2 * block_m}x{block_n}/{stages}s" + (f" window {-group}" if group < 0 else ""))
