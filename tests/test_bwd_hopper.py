@@ -10,7 +10,8 @@ import torch
 from test_fwd_hopper import fallback_call
 from test_kernels import check
 from utils import (FLOOR, assert_d96_needs_dv96, assert_replays_match, assert_split_descriptors,
-                   assert_within_budget, check_causal_groups, check_persistent,
+                   assert_within_budget, check_causal_groups, check_causal_windows,
+                   check_persistent,
                    d96_gqa_inputs, gluon_cases_over, gluon_launches, gluon_switched_on,
                    needs_hopper)
 
@@ -517,6 +518,34 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
     (:func:`utils.check_causal_groups`)."""
     check_causal_groups(monkeypatch, "FLASHTILE_GLUON_BWD_GROUP", "dkdv", shape, causal,
                         dtype, gluon_calls)
+
+
+@gluon_cases_over([(2, 1024, 8, 8, 64), (3, 512, 8, 2, 64)])
+def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_WINDOW`` (:func:`utils.check_causal_windows`) at d=64, where the
+    dK/dV kernel's causal order runs in chunks of 1: 16 and 6 (batch, KV head) pairs (GQA 4
+    in the second; windows of 5 end on 1 pair in both, of 4 on 4 and 2), the one pass in the
+    serial order."""
+    check_causal_windows(monkeypatch, "FLASHTILE_GLUON_BWD", "dkdv", shape, causal, dtype,
+                         gluon_calls)
+
+
+def test_causal_window_launch(monkeypatch):
+    """With ``FLASHTILE_GLUON_BWD_WINDOW=auto`` the d=64 causal dK/dV kernel at 1k keys
+    (chunks of 1 by rule) is launched in windows of the pairs whose Q and dO fill 16 MB
+    (256 KB a pair: 64), labelled so; unset, it is not. Captured on the CPU, not run."""
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
+    q, k, v, dout = (torch.randn(1, 1024, 96, 64, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, 96, 1024)
+    for value in ("auto", "0"):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", value)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+    (windowed, plain) = [(launch[5]["GROUP"], launch[8]) for launch in seen]
+    assert windowed[0] == -64 and windowed[1].endswith("serial window 64 +dQ"), windowed
+    assert plain[0] == 1 and "window" not in plain[1], plain
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128),

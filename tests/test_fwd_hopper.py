@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 from test_kernels import check
-from utils import (assert_split_descriptors, check_causal_groups, check_persistent, count_calls,
+from utils import (assert_split_descriptors, check_causal_groups, check_causal_windows,
+                   check_persistent, count_calls,
                    d96_gqa_inputs, gluon_cases, gluon_cases_over, gluon_launches,
                    gluon_switched_on, needs_hopper)
 
@@ -234,20 +235,11 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (2, 512, 9, 9, 64), (1, 512, 6, 2, 256)])
 def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_FWD_WINDOW``: chunks of 1 within windows of heads (the kernel's
-    ``GROUP`` < 0): windows of 5 and 4 over 36, 18 and 6 (batch, head) pairs (the last
-    window short but for 36 / 4: of 1, 3, 1 heads, then 2, 2), GQA among them, over a
-    persistent grid; every item walked once (outputs NaN-poisoned before the launch, and
-    gradients, within budget), each causal launch given its window."""
-    from test_kernels import check
-    launches = gluon_launches(monkeypatch)
-    b, s, hq, hkv, d = shape
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "1")
-    for heads in ("5", "4"):
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", heads)
-        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    groups = [meta["GROUP"] for role, _, meta in launches if role == "fwd"]
-    assert groups == ([-5, -4] if causal else [1, 1]), groups
+    """``FLASHTILE_GLUON_FWD_WINDOW`` (:func:`utils.check_causal_windows`): 36, 18 and 6
+    (batch, head) pairs, GQA among them, over a persistent grid (last windows of 1, 3, 1
+    heads, then 4, 2, 2)."""
+    check_causal_windows(monkeypatch, "FLASHTILE_GLUON_FWD", "fwd", shape, causal, dtype,
+                         gluon_calls)
 
 
 def test_causal_window_rule_and_bad_value(monkeypatch):

@@ -177,6 +177,25 @@ def check_causal_groups(monkeypatch, variable: str, role: str, shape, causal: bo
     assert groups == ([1, 4, 3] if causal else [1, 1, 1]), groups
 
 
+def check_causal_windows(monkeypatch, prefix: str, role: str, shape, causal: bool, dtype,
+                         calls: list) -> None:
+    """A Gluon kernel (``role``) with its causal order in chunks of 1 (``{prefix}_GROUP``)
+    within windows of 5, then 4, (batch, head) pairs (``{prefix}_WINDOW``; the kernel's
+    ``GROUP`` < 0, windows short at the end where the pairs do not divide): every item walked
+    once (outputs NaN-poisoned before the launch, and gradients, within budget), each causal
+    launch given its window (without a mask none: 1)."""
+    from test_kernels import check
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    monkeypatch.setenv(f"{prefix}_GROUP", "1")
+    for heads in ("5", "4"):
+        monkeypatch.setenv(f"{prefix}_WINDOW", heads)
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(calls) == 2
+    groups = [meta["GROUP"] for r, _, meta in launches if r == role]
+    assert groups == ([-5, -4] if causal else [1, 1]), groups
+
+
 def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
     """``runs`` forward+backward calls of one signature (bf16, causal, on the GPU) with the same
     inputs: the first records the backward's launch plan (the Gluon kernel counted in
@@ -202,6 +221,7 @@ def assert_replays_match(monkeypatch, calls: list, runs: int = 3) -> None:
 
 __all__ = ["BACKENDS", "DEVICE", "DTYPE", "FLOOR", "GLUON_SHAPES", "GPU", "HOPPER",
            "assert_replays_match", "assert_within_budget", "check_causal_groups",
+           "check_causal_windows",
            "check_persistent", "count_calls",
            "gluon_launches",
            "flashtile", "gluon_cases", "gluon_cases_over", "gluon_switched_on", "max_err",

@@ -935,6 +935,10 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                persistent_ahead(d, causal, n_ntiles))
+    group = fwd_hopper.causal_window(
+        fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d], "FLASHTILE_GLUON_BWD_GROUP"),
+        b * hkv, (hq // hkv) * 2 * sq * d * q.element_size(),
+        "FLASHTILE_GLUON_BWD_WINDOW") if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))
@@ -943,11 +947,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
             params.softmax_scale)),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=first, HEAD_D2=second, NUM_STAGES=stages,
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
-             GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d],
-                                           "FLASHTILE_GLUON_BWD_GROUP")
-             if causal else 1, ONE_PASS=dq_acc is not None,
+             GROUP=group, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
              SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial_order),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
-        + (" serial" if serial_order else "")
+        + (" serial" if serial_order else "") + (f" window {-group}" if group < 0 else "")
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))

@@ -1265,11 +1265,13 @@ def causal_group(n_tiles: int, single_upto: int,
 WINDOW_KV_BYTES = 16 << 20
 
 
-def causal_window(group: int, n_bh: int, kv_bytes: int,
+def causal_window(group: int, n_bh: int, head_bytes: int,
                   variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
     """The kernel's ``GROUP`` with windows (:func:`_work_tile`): where the causal order runs
     in chunks of 1 (``group`` 1) and ``variable`` asks for windows, -W for windows of W of the
-    ``n_bh`` (batch, head) pairs, else ``group``. ``kv_bytes``: one head's K and V.
+    ``n_bh`` (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items
+    read (the forward: its K and V; the dK/dV kernel, ``FLASHTILE_GLUON_BWD_WINDOW``: its
+    query heads' Q and dO).
 
     Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
     d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
@@ -1279,12 +1281,16 @@ def causal_window(group: int, n_bh: int, kv_bytes: int,
     (cuDNN 99-100); d=256 causal 512 164.6 -> 114.0 (one round); d=96 174.3 -> 184.8; on the
     H200 in session 15 (an older kernel) chunks of 1 led by 7%. Windows keep both.
 
+    The dK/dV kernel's chunks of 1 (d=64 up to 8 key tiles, :data:`.bwd_hopper.SINGLE_UPTO`)
+    have the same shape: at d=64 causal 1k its 512 heads' Q and dO (128 MB) pass between a
+    head's items.
+
     ``variable`` unset or ``0``: none (the measured default, until windows are measured);
-    ``auto``: as many heads as fill :data:`WINDOW_KV_BYTES`, rounded down to a power of two
-    (few compiled variants); a positive integer: that many heads."""
+    ``auto``: as many pairs as fill :data:`WINDOW_KV_BYTES`, rounded down to a power of two
+    (few compiled variants); a positive integer: that many pairs."""
     value = getenv(variable, "0")
     if value == "auto":
-        heads = max(1, WINDOW_KV_BYTES // max(kv_bytes, 1))
+        heads = max(1, WINDOW_KV_BYTES // max(head_bytes, 1))
         heads = 1 << (heads.bit_length() - 1)
     elif value.isdigit():
         heads = int(value)
