@@ -18,7 +18,8 @@ Notation:
 - ``BLOCK_M`` (64 rows per consumer), ``BLOCK_N`` (keys per tile), ``NUM_STAGES``,
   ``CONSUMER_REGS``: :data:`_CONFIGS`; ``HEAD_D``, ``HEAD_D2``: the head dim's parts
   (:func:`head_parts`: 64 + 32 at d=96, else d + 0; ``*_desc2``, ``*_smem2``, ``acc2``: the
-  second's); ``CAUSAL``; ``GROUP``: tiles per chunk of the causal order (:func:`causal_group`);
+  second's); ``CAUSAL``; ``GROUP``: tiles per chunk of the causal order (:func:`causal_group`;
+  below 0, chunks of 1 in windows of -GROUP heads: :func:`causal_window`);
 - ``P_REGS`` (:func:`p_in_registers`): P in registers as P V's A operand, else in two shared P
   buffers per consumer (d=256: O's 128 registers leave no room); ``EARLY_S1`` (:func:`early_s1`):
   S_1 before an item's first softmax, P buffers only; ``NEXT_S0`` (:func:`next_s0`): S_0 before
@@ -83,6 +84,7 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
   the forward, as much as cuDNN's (session 36: 33 heads against 32), so it is not split;
 - snake order: without it the persistent causal forward lost 2-8% at 8k/16k (session 12);
 - causal chunks of 8: +1% to +12% at d=128; of 1 up to :data:`SINGLE_UPTO` (sessions 13, 15);
+  on the H100 at 512 keys chunks of 8 -23% (d=128) and -31% (d=256) time (session 40);
 - 128 keys x 2 slots at d=128: +8% to +21% unmasked, +1% to +7.5% causal; at d=64 the same
   change -4.5% to +1% (session 14);
 - :data:`_NARROW` at d=128 causal: time 0.89-1.00x up to 1k, 1.05-1.09x at 2k-16k (session 18);
@@ -1305,7 +1307,9 @@ def causal_window(group: int, n_bh: int, head_bytes: int,
 # The forward's work tiles per head (2 * BLOCK_M query rows each) up to which its causal order
 # runs in chunks of 1 (:func:`causal_group`), by head dim. Measured against chunks of 8: d=64
 # 1k (8 tiles) +10% (session 13); d=128 512 (4 tiles) +7% in alternating runs, and 1k (8
-# tiles) -7% (session 15).
+# tiles) -7% (session 15). On the H100 (session 40) chunks of 8 took 23% less time at d=128
+# causal 512 and 31% less at d=256, 6% more at d=96: chunks of 1 re-read K/V from HBM there
+# (:func:`causal_window`), unsettled on the H200.
 SINGLE_UPTO = {64: 8, 96: 4, 128: 4, 256: 4}   # (d=96, d=256: d=128's, unmeasured)
 
 
