@@ -520,12 +520,11 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
                         dtype, gluon_calls)
 
 
-@gluon_cases_over([(2, 1024, 8, 8, 64), (3, 512, 8, 2, 64)])
+@gluon_cases_over([(2, 1024, 8, 8, 64), (3, 512, 8, 2, 64), (2, 512, 6, 3, 128)])
 def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_WINDOW`` (:func:`utils.check_causal_windows`) at d=64, where the
-    dK/dV kernel's causal order runs in chunks of 1: 16 and 6 (batch, KV head) pairs (GQA 4
-    in the second; windows of 5 end on 1 pair in both, of 4 on 4 and 2), the one pass in the
-    serial order."""
+    """``FLASHTILE_GLUON_BWD_WINDOW`` (:func:`utils.check_causal_windows`): 16, 6 and 6
+    (batch, KV head) pairs (GQA 4 and 2 in the last two; windows of 5 end on 1 pair, of 4 on
+    4 and 2), d=64's one pass in the serial order and d=128's in :mod:`.bwdrows_hopper`."""
     check_causal_windows(monkeypatch, "FLASHTILE_GLUON_BWD", "dkdv", shape, causal, dtype,
                          gluon_calls)
 
@@ -546,6 +545,23 @@ def test_causal_window_launch(monkeypatch):
     (windowed, plain) = [(launch[5]["GROUP"], launch[8]) for launch in seen]
     assert windowed[0] == -64 and windowed[1].endswith("serial window 64 +dQ"), windowed
     assert plain[0] == 1 and "window" not in plain[1], plain
+
+
+def test_causal_window_launch_rows(monkeypatch):
+    """The d=128 one pass (:mod:`.bwdrows_hopper`, one chunk of a head's 8 key tiles at 1k)
+    takes the windows too: ``FLASHTILE_GLUON_BWD_WINDOW=auto``, 512 KB of Q and dO a pair,
+    windows of 32. Captured on the CPU, not run."""
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", "auto")
+    q, k, v, dout = (torch.randn(1, 1024, 48, 128, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, 48, 1024)
+    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params,
+                    dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+    ((*_, meta, _, role, label),) = seen
+    assert role == "dkdv" and meta["GROUP"] == -32 and label.startswith("gluon rows"), label
+    assert label.endswith(" window 32"), label
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128),

@@ -244,26 +244,28 @@ def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
 
 def test_causal_window_rule_and_bad_value(monkeypatch):
     """:func:`fwd_hopper.causal_window`: off unless asked; ``auto`` fills 16 MB of L2 with
-    K/V in a power of two of heads; windows only replace chunks of 1, and a window of every
-    head is chunks of 1 itself."""
+    K/V in a power of two of heads; windows replace chunks of 1 and a chunk of every tile
+    (not chunks of 8 over 16 tiles, which end on every head's lightest), and a window of
+    every head is chunks of 1 itself."""
     window = fwd_hopper.causal_window
     kv = 2 * 512 * 128 * 2                      # d=128 bf16 at 512 keys: 256 KB a head
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_WINDOW", raising=False)
-    assert window(1, 512, kv) == 1 and window(8, 512, kv) == 8
+    assert window(1, 4, 512, kv) == 1 and window(8, 8, 512, kv) == 8
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "0")
-    assert window(1, 512, kv) == 1
+    assert window(1, 4, 512, kv) == 1
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "auto")
-    assert window(1, 512, kv) == -64            # 16 MB / 256 KB
-    assert window(1, 512, 3 * kv) == -16        # 21.3 heads: 16
-    assert window(1, 512, 1 << 30) == -1        # one head's K/V past the budget: one a window
-    assert window(8, 512, kv) == 8
-    assert window(1, 64, kv) == 1               # 64 heads or fewer: one window, chunks of 1
+    assert window(1, 4, 512, kv) == -64         # 16 MB / 256 KB
+    assert window(1, 4, 512, 3 * kv) == -16     # 21.3 heads: 16
+    assert window(1, 4, 512, 1 << 30) == -1     # one head's K/V past the budget: one a window
+    assert window(8, 8, 512, kv) == -64 and window(8, 4, 512, kv) == -64
+    assert window(8, 16, 512, kv) == 8 and window(4, 8, 512, kv) == 4
+    assert window(1, 4, 64, kv) == 1            # 64 heads or fewer: one window, chunks of 1
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "5")
-    assert window(1, 512, kv) == -5 and window(1, 5, kv) == 1
+    assert window(1, 4, 512, kv) == -5 and window(1, 4, 5, kv) == 1
     for bad in ("-3", "x", "1.5"):
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", bad)
         with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_WINDOW must be 0, a positive"):
-            window(1, 512, kv)
+            window(1, 4, 512, kv)
 
 
 def test_causal_window_launch(monkeypatch):

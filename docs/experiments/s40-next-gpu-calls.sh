@@ -3,9 +3,11 @@
 # FLASHTILE_GLUON_BWD_WINDOW; opt-in, unmeasured) against chunks of 1 (the rule) and chunks
 # of 8. Copy to docs/results/<date>-sNN-callK/callK.sh, commit, run `export OUT; bash <path>`.
 #
-# Call A (~450 s): forward kernel sums at 512 keys causal, d=128 / 256 / 96, and forward+backward
-# at d=64 causal 512 / 1k (the dK/dV kernel's chunks of 1), three variants in two alternating
-# rounds, cuDNN in every run (same-run ratios).
+# Call A (~550 s; on an H100 cut the second round's d=96 if short): forward kernel sums at
+# 512 keys causal, d=128 / 256 / 96, and d=128 1k; forward+backward at d=64 and d=128 causal
+# 512 / 1k (the dK/dV kernels' chunks of 1, or one chunk of every tile), three variants in two
+# alternating rounds, cuDNN in every run (same-run ratios). Note: the `g8` forward variant
+# forces chunks of 8 (no windows) also at 1k, where 8 is the rule: there `rule` = `g8`.
 #   export PYTHONPATH=$PWD/src; O=$OUT; nvidia-smi --query-gpu=name --format=csv,noheader
 #   run() {  # $1 name, $2 variables, $3.. bench arguments
 #     local name=$1 vars=$2; shift 2
@@ -17,13 +19,14 @@
 #     for v in "rule:FLASHTILE_GLUON_FWD_WINDOW=0" "g8:FLASHTILE_GLUON_FWD_GROUP=8" \
 #              "win:FLASHTILE_GLUON_FWD_WINDOW=auto"; do
 #       run fwd-${v%%:*}-r$r "${v#*:}" --mode fwd --headdims 128,256,96 --seqlens 512
+#       run fwd1k-${v%%:*}-r$r "${v#*:}" --mode fwd --headdims 128 --seqlens 1k
 #     done
 #     for v in "rule:FLASHTILE_GLUON_BWD_WINDOW=0" "g8:FLASHTILE_GLUON_BWD_GROUP=8" \
 #              "win:FLASHTILE_GLUON_BWD_WINDOW=auto"; do
-#       run bwd-${v%%:*}-r$r "${v#*:}" --mode fwdbwd --headdims 64 --seqlens 512,1k
+#       run bwd-${v%%:*}-r$r "${v#*:}" --mode fwdbwd --headdims 64,128 --seqlens 512,1k
 #     done
 #   done
-#   cd $O && tar czf runs.tgz fwd-* bwd-* && rm -rf fwd-* bwd-*
+#   cd $O && tar czf runs.tgz fwd* bwd-* && rm -rf fwd* bwd-*
 #
 # If the windows lead (or level with the better parent at every point), make `auto` their
 # default where the chunks are 1 (fwd_hopper.causal_window, bwd_hopper's call), run the

@@ -937,7 +937,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
                                persistent_ahead(d, causal, n_ntiles))
     group = fwd_hopper.causal_window(
         fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d], "FLASHTILE_GLUON_BWD_GROUP"),
-        b * hkv, (hq // hkv) * 2 * sq * d * q.element_size(),
+        n_ntiles, b * hkv, (hq // hkv) * 2 * sq * d * q.element_size(),
         "FLASHTILE_GLUON_BWD_WINDOW") if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,

@@ -482,6 +482,10 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_programs = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                      persistent(causal))
     persist = n_programs < n_work
+    group = fwd_hopper.causal_window(
+        fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d], "FLASHTILE_GLUON_BWD_GROUP"),
+        n_ntiles, b * hkv, (hq // hkv) * 2 * sq * d * q.element_size(),
+        "FLASHTILE_GLUON_BWD_WINDOW") if causal else 1
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,
@@ -490,8 +494,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > hkv),
-             GROUP=fwd_hopper.causal_group(n_ntiles, bwd_hopper.SINGLE_UPTO[d],
-                                           "FLASHTILE_GLUON_BWD_GROUP") if causal else 1),
+             GROUP=group),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
-        + (" persistent" if persist else ""))
+        + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else ""))

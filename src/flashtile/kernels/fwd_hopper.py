@@ -1267,13 +1267,14 @@ def causal_group(n_tiles: int, single_upto: int,
 WINDOW_KV_BYTES = 16 << 20
 
 
-def causal_window(group: int, n_bh: int, head_bytes: int,
+def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int,
                   variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
     """The kernel's ``GROUP`` with windows (:func:`_work_tile`): where the causal order runs
-    in chunks of 1 (``group`` 1) and ``variable`` asks for windows, -W for windows of W of the
-    ``n_bh`` (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items
-    read (the forward: its K and V; the dK/dV kernel, ``FLASHTILE_GLUON_BWD_WINDOW``: its
-    query heads' Q and dO).
+    in chunks of 1 or in one chunk of a pair's every tile (``group`` 1, or at least
+    ``n_tiles``), and ``variable`` asks for windows, -W for windows of W of the ``n_bh``
+    (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items read (the
+    forward: its K and V; the dK/dV kernels, ``FLASHTILE_GLUON_BWD_WINDOW``: its query heads'
+    Q and dO). Chunks of 8 over more tiles than 8 already end on every pair's lightest tiles.
 
     Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
     d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
@@ -1299,7 +1300,7 @@ def causal_window(group: int, n_bh: int, head_bytes: int,
     else:
         raise ValueError(f"{variable} must be 0, a positive integer (heads per window) or "
                          f"'auto', got {value!r}")
-    if group != 1 or heads == 0 or heads >= n_bh:
+    if 1 < group < n_tiles or heads == 0 or heads >= n_bh:
         return group            # (a window of every head is chunks of 1's order)
     return -heads
 
@@ -1405,7 +1406,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     n_work = n_mtiles * b * hq
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
     # *_desc2 descriptors, None where the head dim is whole)
-    group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), b * hq,
+    group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), n_mtiles, b * hq,
                           2 * sk * d * k.element_size()) if causal(params) else 1
     parts = [cols for cols in head_parts(d) if cols]
     tiles = tuple((t, (rows, cols)) for cols in parts
