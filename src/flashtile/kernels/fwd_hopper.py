@@ -1404,10 +1404,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     p_tiles = 0 if p_regs else 4
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
-    # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
-    # *_desc2 descriptors, None where the head dim is whole)
     group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), n_mtiles, b * hq,
                           2 * sk * d * k.element_size()) if causal(params) else 1
+    # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
+    # *_desc2 descriptors, None where the head dim is whole)
     parts = [cols for cols in head_parts(d) if cols]
     tiles = tuple((t, (rows, cols)) for cols in parts
                   for t, rows in ((q, block_m), (k, block_n), (v, block_n), (out, block_m)))
