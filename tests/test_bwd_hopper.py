@@ -531,8 +531,8 @@ def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
 
 def test_causal_window_launch(monkeypatch):
     """With ``FLASHTILE_GLUON_BWD_WINDOW=auto`` the d=64 causal dK/dV kernel at 1k keys
-    (chunks of 1 by rule) is launched in windows of the pairs whose Q and dO fill 16 MB
-    (256 KB a pair: 64), labelled so; unset, it is not. Captured on the CPU, not run."""
+    (chunks of 1 by rule, 768 items on its persistent grid of 132) is launched in windows of
+    33 pairs (264 items: two rounds), labelled so; unset, it is not. Captured on the CPU."""
     seen = gluon_launches(monkeypatch, run=False, full=True)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
     q, k, v, dout = (torch.randn(1, 1024, 96, 64, dtype=torch.bfloat16) for _ in range(4))
@@ -543,14 +543,14 @@ def test_causal_window_launch(monkeypatch):
         bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
                         params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
     (windowed, plain) = [(launch[5]["GROUP"], launch[8]) for launch in seen]
-    assert windowed[0] == -64 and windowed[1].endswith("serial window 64 +dQ"), windowed
+    assert windowed[0] == -33 and windowed[1].endswith("serial window 33 +dQ"), windowed
     assert plain[0] == 1 and "window" not in plain[1], plain
 
 
 def test_causal_window_launch_rows(monkeypatch):
     """The d=128 one pass (:mod:`.bwdrows_hopper`, one chunk of a head's 8 key tiles at 1k)
-    takes the windows too: ``FLASHTILE_GLUON_BWD_WINDOW=auto``, 512 KB of Q and dO a pair,
-    windows of 32. Captured on the CPU, not run."""
+    takes the windows too: ``FLASHTILE_GLUON_BWD_WINDOW=auto``, one program per item there
+    and 512 KB of Q and dO a pair: windows of 32 (24 MB holds 48). Captured on the CPU."""
     seen = gluon_launches(monkeypatch, run=False, full=True)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", "auto")

@@ -243,35 +243,38 @@ def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 def test_causal_window_rule_and_bad_value(monkeypatch):
-    """:func:`fwd_hopper.causal_window`: off unless asked; ``auto`` fills 16 MB of L2 with
-    K/V in a power of two of heads; windows replace chunks of 1 and a chunk of every tile
-    (not chunks of 8 over 16 tiles, which end on every head's lightest), and a window of
-    every head is chunks of 1 itself."""
+    """:func:`fwd_hopper.causal_window`: off unless asked; ``auto`` on a persistent grid takes
+    the fewest pairs whose items fill whole pairs of rounds, with one program per item a power
+    of two that fills 24 MB, and none past 24 MB; windows replace chunks of 1 and a chunk of
+    every tile (not chunks of 8 over 16 tiles), and a window of every pair is chunks of 1."""
     window = fwd_hopper.causal_window
     kv = 2 * 512 * 128 * 2                      # d=128 bf16 at 512 keys: 256 KB a head
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_WINDOW", raising=False)
-    assert window(1, 4, 512, kv) == 1 and window(8, 8, 512, kv) == 8
+    assert window(1, 4, 512, kv, 132) == 1 and window(8, 8, 512, kv, 132) == 8
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "0")
-    assert window(1, 4, 512, kv) == 1
+    assert window(1, 4, 512, kv, 132) == 1
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "auto")
-    assert window(1, 4, 512, kv) == -64         # 16 MB / 256 KB
-    assert window(1, 4, 512, 3 * kv) == -16     # 21.3 heads: 16
-    assert window(1, 4, 512, 1 << 30) == -1     # one head's K/V past the budget: one a window
-    assert window(8, 8, 512, kv) == -64 and window(8, 4, 512, kv) == -64
-    assert window(8, 16, 512, kv) == 8 and window(4, 8, 512, kv) == 4
-    assert window(1, 4, 64, kv) == 1            # 64 heads or fewer: one window, chunks of 1
+    assert window(1, 4, 512, kv, 132) == -66    # 66 x 4 items = 2 rounds of 132 programs
+    assert window(8, 8, 256, 2 * kv, 132) == -33 and window(1, 16, 256, kv, 132) == -33
+    assert window(1, 4, 512, kv, 100) == -50
+    assert window(1, 4, 512, kv, 2048) == -64   # one program per item: 24 MB / 256 KB -> 64
+    assert window(1, 4, 256, 2 * kv, 132) == 1  # 66 pairs x 512 KB (d=256): past 24 MB
+    assert window(1, 4, 512, 1 << 30, 2048) == 1
+    assert window(8, 16, 512, kv, 132) == 8 and window(4, 8, 512, kv, 132) == 4
+    assert window(1, 4, 64, kv, 132) == 1       # 64 pairs: one window, chunks of 1
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "5")
-    assert window(1, 4, 512, kv) == -5 and window(1, 4, 5, kv) == 1
+    assert window(1, 4, 512, kv, 132) == -5 and window(1, 4, 5, kv, 132) == 1
     for bad in ("-3", "x", "1.5"):
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", bad)
         with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_WINDOW must be 0, a positive"):
-            window(1, 4, 512, kv)
+            window(1, 4, 512, kv, 132)
 
 
 def test_causal_window_launch(monkeypatch):
-    """With windows asked for, the causal forward at d=128 512 keys (chunks of 1 by rule) is
-    launched with ``GROUP`` -W and a label that names the window; unmasked, or off, it is not.
-    Runs on the CPU: the launch is captured, not made."""
+    """With windows asked for, the causal forward at d=128 512 keys (chunks of 1 by rule; 384
+    items on the persistent grid of 132 programs off a GPU) is launched with ``GROUP`` -66
+    and a label that names the window; unmasked, or off, it is not. Runs on the CPU: the
+    launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False, full=True)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
     q, k, v = (torch.randn(2, 512, 48, 128, dtype=torch.bfloat16) for _ in range(3))
@@ -280,7 +283,7 @@ def test_causal_window_launch(monkeypatch):
         params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
         fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(2, 48, 512))
     metas = [(launch[5]["GROUP"], launch[8]) for launch in seen]
-    assert metas[0] == (-64, "gluon 128x64/4s window 64"), metas   # 96 pairs, 64 a window
+    assert metas[0] == (-66, "gluon 128x64/4s window 66"), metas   # 96 pairs, 66 a window
     assert metas[1][0] == 1 and "window" not in metas[1][1], metas
     assert metas[2][0] == 1 and "window" not in metas[2][1], metas
 

@@ -28,6 +28,10 @@
 #   done
 #   cd $O && tar czf runs.tgz fwd* bwd-* && rm -rf fwd* bwd-*
 #
+# Prediction (scripts/order_model.py): the persistent forward with windows reads as chunks of
+# 8 (same bytes, same span: auto's windows span whole pairs of rounds); the d=128 one pass
+# (one program per item when causal) a few % ahead of chunks of 8; d=64's backward at 512/1k
+# ahead of chunks of 1 by its bytes. The open question is the H200's chunks of 1 against 8.
 # If the windows lead (or level with the better parent at every point), make `auto` their
 # default where the chunks are 1 (fwd_hopper.causal_window, bwd_hopper's call), run the
 # forward and backward GPU test files (PYTEST_ARGS="tests/test_fwd_hopper.py

@@ -124,17 +124,18 @@ _CONFIGS = {64: (64, 64, 4, 240), 96: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
 SINGLE_UPTO = {64: 8, 96: 0, 128: 0}
 
 
-def causal_order(q: torch.Tensor, k: torch.Tensor, n_ntiles: int) -> int:
+def causal_order(q: torch.Tensor, k: torch.Tensor, n_ntiles: int, n_programs: int) -> int:
     """The causal ``GROUP`` of the dK/dV kernels (this one and :mod:`.bwdrows_hopper`) for
-    ``n_ntiles`` key items per (batch, KV head): the chunks of :data:`SINGLE_UPTO`
-    (:func:`.fwd_hopper.causal_group`, ``FLASHTILE_GLUON_BWD_GROUP``), in windows where
+    ``n_ntiles`` key items per (batch, KV head) on ``n_programs``: the chunks of
+    :data:`SINGLE_UPTO` (:func:`.fwd_hopper.causal_group`, ``FLASHTILE_GLUON_BWD_GROUP``), in
+    windows where
     ``FLASHTILE_GLUON_BWD_WINDOW`` asks (:func:`.fwd_hopper.causal_window`: a pair's items
     all read its query heads' Q and dO)."""
     b, sq, hq, d = q.shape
     hkv = k.shape[2]
     group = fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d], "FLASHTILE_GLUON_BWD_GROUP")
     return fwd_hopper.causal_window(group, n_ntiles, b * hkv,
-                                    (hq // hkv) * 2 * sq * d * q.element_size(),
+                                    (hq // hkv) * 2 * sq * d * q.element_size(), n_programs,
                                     "FLASHTILE_GLUON_BWD_WINDOW")
 
 
@@ -949,7 +950,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                persistent_ahead(d, causal, n_ntiles))
-    group = causal_order(q, k, n_ntiles) if causal else 1
+    group = causal_order(q, k, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))

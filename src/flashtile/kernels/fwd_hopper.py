@@ -130,6 +130,7 @@ Details, commands and raw data: docs/perf.md.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from triton.experimental import gluon
@@ -226,9 +227,9 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
     ``GROUP`` < 0 (causal, :func:`causal_window`): GROUP 1's order within windows of -GROUP
     heads, one window after the other: a head's tiles are at most -GROUP * tiles items
     apart, so its K/V are still in L2 when its next tile comes (with GROUP 1 every head
-    comes between, and at 512 keys the L2 no longer holds them all), and the last items are
-    still the lightest (chunks that hold a head's every tile mix heavy and light items in
-    every round, the last too)."""
+    comes between, and at 512 keys the L2 no longer holds them all), and where items start
+    as SMs free up (one program per item) the last ones are still the lightest (chunks that
+    hold a head's every tile end on the last head's heaviest among them)."""
     n_bh = n_work // n_tiles
     tile = w % n_tiles
     bh = w // n_tiles
@@ -1262,46 +1263,61 @@ def causal_group(n_tiles: int, single_upto: int,
     return int(value)
 
 
-# The L2 bytes a window of the causal order may fill with its heads' K/V (:func:`causal_window`):
-# a third of the H100's and the H200's 50 MB, the rest left to the Q and O tiles streaming by
-WINDOW_KV_BYTES = 16 << 20
+# The L2 bytes a window of the causal order may fill with what its pairs' items all read
+# (:func:`causal_window`): half the H100's and the H200's 50 MB, the rest left to the Q and O
+# tiles streaming by and to the next window's first items
+WINDOW_BYTES = 24 << 20
 
 
-def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int,
+def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_programs: int,
                   variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
     """The kernel's ``GROUP`` with windows (:func:`_work_tile`): where the causal order runs
     in chunks of 1 or in one chunk of a pair's every tile (``group`` 1, or at least
     ``n_tiles``), and ``variable`` asks for windows, -W for windows of W of the ``n_bh``
     (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items read (the
     forward: its K and V; the dK/dV kernels, ``FLASHTILE_GLUON_BWD_WINDOW``: its query heads'
-    Q and dO). Chunks of 8 over more tiles than 8 already end on every pair's lightest tiles.
+    Q and dO); ``n_programs``: the grid. Chunks of 8 over more tiles than 8 already end on
+    every pair's lightest tiles.
 
     Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
     d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
     items reads them from HBM again (10 tile reads per head, not 4). Chunks of 8 read them
-    once but give up the light last round: on the H100 (session 40, kernel sums, two rounds)
-    168.5 / 169.2 us in chunks of 1, 127.0 / 131.7 in chunks of 8, 141.9 / 140.8 in chunks of 2
-    (cuDNN 99-100); d=256 causal 512 164.6 -> 114.0 (one round); d=96 174.3 -> 184.8; on the
-    H200 in session 15 (an older kernel) chunks of 1 led by 7%. Windows keep both.
+    once: on the H100 (session 40, kernel sums, two rounds) 168.5 / 169.2 us in chunks of 1,
+    127.0 / 131.7 in chunks of 8, 141.9 / 140.8 in chunks of 2 (cuDNN 99-100); d=256 causal
+    512 164.6 -> 114.0 (one round); d=96 174.3 -> 184.8; on the H200 in session 15 (an older
+    kernel) chunks of 1 led by 7%. ``scripts/order_model.py`` (an LRU L2 and tile-unit item
+    times) reads chunks of 1 / 8 at d=128 causal 512 as 442 / 256 MB from HBM, both spans
+    optimal under a persistent grid's snake; with one program per item (the hardware's
+    dynamic order) chunks of 8 end 5-7% later at 1k (a head's heavy tile among the last),
+    windows keep chunks of 1's span and chunks of 8's bytes. Under the persistent grid's
+    static order a window must span whole pairs of rounds, or the snake's pairs no longer
+    balance (windows of 64 pairs at 512: a span of 61 tiles against 40).
 
     The dK/dV kernel's chunks of 1 (d=64 up to 8 key tiles, :data:`.bwd_hopper.SINGLE_UPTO`)
     have the same shape: at d=64 causal 1k its 512 heads' Q and dO (128 MB) pass between a
     head's items.
 
     ``variable`` unset or ``0``: none (the measured default, until windows are measured);
-    ``auto``: as many pairs as fill :data:`WINDOW_KV_BYTES`, rounded down to a power of two
-    (few compiled variants); a positive integer: that many pairs."""
+    ``auto``: a persistent grid (fewer programs than items), the fewest pairs whose items
+    fill whole pairs of rounds (d=128 at 512 keys on 132 SMs: 66); one program per item, the
+    most pairs, a power of two (few compiled variants), that fit :data:`WINDOW_BYTES`; none
+    where the window's bytes do not fit; a positive integer: that many pairs."""
     value = getenv(variable, "0")
     if value == "auto":
-        heads = max(1, WINDOW_KV_BYTES // max(head_bytes, 1))
-        heads = 1 << (heads.bit_length() - 1)
+        if n_programs < n_bh * n_tiles:
+            heads = math.lcm(2 * n_programs, n_tiles) // n_tiles
+        else:
+            heads = max(1, WINDOW_BYTES // max(head_bytes, 1))
+            heads = 1 << (heads.bit_length() - 1)
+        if heads * head_bytes > WINDOW_BYTES:
+            return group
     elif value.isdigit():
         heads = int(value)
     else:
-        raise ValueError(f"{variable} must be 0, a positive integer (heads per window) or "
+        raise ValueError(f"{variable} must be 0, a positive integer (pairs per window) or "
                          f"'auto', got {value!r}")
     if 1 < group < n_tiles or heads == 0 or heads >= n_bh:
-        return group            # (a window of every head is chunks of 1's order)
+        return group            # (a window of every pair is chunks of 1's order)
     return -heads
 
 
@@ -1404,8 +1420,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     p_tiles = 0 if p_regs else 4
     n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
+    grid = programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True)
     group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), n_mtiles, b * hq,
-                          2 * sk * d * k.element_size()) if causal(params) else 1
+                          2 * sk * d * k.element_size(), grid) if causal(params) else 1
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
     # *_desc2 descriptors, None where the head dim is whole)
     parts = [cols for cols in head_parts(d) if cols]
@@ -1413,7 +1430,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
                   for t, rows in ((q, block_m), (k, block_n), (v, block_n), (out, block_m)))
     plans.gluon_launch(
         record, _fwd_hopper_kernel,
-        (programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True),), tiles,
+        (grid,), tiles,
         ((None,) * (8 - len(tiles))
          + (lse, lse.stride(0), lse.stride(1), hq, hq // hkv, sq, sk, n_mtiles, n_work,
             params.softmax_scale * LOG2E)),
