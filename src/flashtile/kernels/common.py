@@ -16,6 +16,7 @@ Notation (all kernels):
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import torch
@@ -429,6 +430,65 @@ def varlen_args(params, batch: int, nheads: int, seqlen_q: int, seqlen_k: int, l
     )
 
 
+# The L2 bytes a window of the causal order may fill with what its pairs' items all read
+# (:func:`causal_window`): half the H100's and the H200's 50 MB, the rest left to the Q and O
+# tiles streaming by and to the next window's first items
+WINDOW_BYTES = 24 << 20
+
+
+def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_programs: int,
+                  variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
+    """A Gluon kernel's ``GROUP`` with windows (:func:`.fwd_hopper._work_tile`): where the
+    causal order runs in chunks of 1 or in one chunk of a pair's every tile (``group`` 1, or
+    at least ``n_tiles``), and ``variable`` asks for windows, -W for windows of W of the
+    ``n_bh`` (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items
+    read (the forward: its K and V; the dK/dV kernels, ``FLASHTILE_GLUON_BWD_WINDOW``: its
+    query heads' Q and dO); ``n_programs``: the grid. Chunks of 8 over more tiles than 8
+    already end on every pair's lightest tiles. The tile-level forward's grid takes it too
+    (``FLASHTILE_FWD_WINDOW``, :func:`.fwd.window_pairs`).
+
+    Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
+    d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
+    items reads them from HBM again (10 tile reads per head, not 4). Chunks of 8 read them
+    once: on the H100 (session 40, kernel sums, two rounds) 168.5 / 169.2 us in chunks of 1,
+    127.0 / 131.7 in chunks of 8, 141.9 / 140.8 in chunks of 2 (cuDNN 99-100); d=256 causal
+    512 164.6 -> 114.0 (one round); d=96 174.3 -> 184.8; on the H200 in session 15 (an older
+    kernel) chunks of 1 led by 7%. ``scripts/order_model.py`` (an LRU L2 and tile-unit item
+    times) reads chunks of 1 / 8 at d=128 causal 512 as 442 / 256 MB from HBM, both spans
+    optimal under a persistent grid's snake; with one program per item (the hardware's
+    dynamic order) chunks of 8 end 5-7% later at 1k (a head's heavy tile among the last),
+    windows keep chunks of 1's span and chunks of 8's bytes. Under the persistent grid's
+    static order a window must span whole pairs of rounds, or the snake's pairs no longer
+    balance (windows of 64 pairs at 512: a span of 61 tiles against 40).
+
+    The dK/dV kernel's chunks of 1 (d=64 up to 8 key tiles, :data:`.bwd_hopper.SINGLE_UPTO`)
+    have the same shape: at d=64 causal 1k its 512 heads' Q and dO (128 MB) pass between a
+    head's items.
+
+    ``variable`` unset or ``0``: none (the measured default, until windows are measured);
+    ``auto``: a persistent grid (fewer programs than items), the fewest pairs whose items
+    fill whole pairs of rounds (d=128 at 512 keys on 132 SMs: 66); one program per item, the
+    most pairs, a power of two (few compiled variants), that fit :data:`WINDOW_BYTES`; none
+    where the window's bytes do not fit; a positive integer: that many pairs."""
+    value = getenv(variable, "0")
+    if value == "auto":
+        if n_programs < n_bh * n_tiles:
+            heads = math.lcm(2 * n_programs, n_tiles) // n_tiles
+        else:
+            heads = max(1, WINDOW_BYTES // max(head_bytes, 1))
+            heads = 1 << (heads.bit_length() - 1)
+        if heads * head_bytes > WINDOW_BYTES:
+            return group
+    elif value.isdigit():
+        heads = int(value)
+    else:
+        raise ValueError(f"{variable} must be 0, a positive integer (pairs per window) or "
+                         f"'auto', got {value!r}")
+    if 1 < group < n_tiles or heads == 0 or heads >= n_bh:
+        return group            # (a window of every pair is chunks of 1's order)
+    return -heads
+
+
 def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
     """(batch, seqlen, head) strides of a ``(b, s, h, d)`` tensor; varlen views ``(1, total, h,
     d)`` get batch stride 0 because sequence ``b`` is addressed through ``cu_seqlens``."""
@@ -437,15 +497,28 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 
 @triton.jit
 def query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M: tl.constexpr,
-               IS_VARLEN: tl.constexpr):
+               IS_VARLEN: tl.constexpr, WINDOW: tl.constexpr = 0):
     """The program's query tile in a flat grid: ``(start_m, off_b, off_h, off_hkv)``. The query
     block varies fastest so that programs of one head run together (K/V stay in L2), and the
     last block (the heaviest under causal) runs first; varlen sequences come heaviest first
-    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors)."""
+    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors).
+
+    ``WINDOW`` > 0 (causal, :func:`.fwd.window_pairs`): windows of WINDOW (batch, head) pairs,
+    one after the other, each taking every pair's last block, then every pair's next: the
+    heaviest blocks of a window first, its pairs' K/V still in L2 between their blocks, and
+    the grid's last programs its lightest (programs start in order as SMs free up)."""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    bh = pid // n_mblocks
-    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
+    if WINDOW > 0:
+        per = WINDOW * n_mblocks
+        window = pid // per
+        heads = tl.minimum(tl.num_programs(0) // n_mblocks - window * WINDOW, WINDOW)
+        rest = pid - window * per
+        bh = window * WINDOW + rest % heads
+        start_m = (n_mblocks - 1 - rest // heads) * BLOCK_M
+    else:
+        bh = pid // n_mblocks
+        start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     off_b = varlen_sequence((bh // nheads).to(tl.int64), SEQ_ORDER, IS_VARLEN)

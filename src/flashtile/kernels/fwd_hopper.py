@@ -130,7 +130,6 @@ Details, commands and raw data: docs/perf.md.
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 from triton.experimental import gluon
@@ -141,8 +140,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton.runtime.jit import constexpr_function
 
 from . import plans
-from .common import (GLUON_SWITCHES, env_forced, getenv, gluon_switch, gluon_switch_on, is_sm90,
-                     sm_count)
+from .common import (GLUON_SWITCHES, causal_window, env_forced, getenv, gluon_switch,
+                     gluon_switch_on, is_sm90, sm_count)
 
 LOG2E = 1.4426950408889634
 
@@ -1261,64 +1260,6 @@ def causal_group(n_tiles: int, single_upto: int,
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{variable} must be a positive integer or 'auto', got {value!r}")
     return int(value)
-
-
-# The L2 bytes a window of the causal order may fill with what its pairs' items all read
-# (:func:`causal_window`): half the H100's and the H200's 50 MB, the rest left to the Q and O
-# tiles streaming by and to the next window's first items
-WINDOW_BYTES = 24 << 20
-
-
-def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_programs: int,
-                  variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
-    """The kernel's ``GROUP`` with windows (:func:`_work_tile`): where the causal order runs
-    in chunks of 1 or in one chunk of a pair's every tile (``group`` 1, or at least
-    ``n_tiles``), and ``variable`` asks for windows, -W for windows of W of the ``n_bh``
-    (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items read (the
-    forward: its K and V; the dK/dV kernels, ``FLASHTILE_GLUON_BWD_WINDOW``: its query heads'
-    Q and dO); ``n_programs``: the grid. Chunks of 8 over more tiles than 8 already end on
-    every pair's lightest tiles.
-
-    Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
-    d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
-    items reads them from HBM again (10 tile reads per head, not 4). Chunks of 8 read them
-    once: on the H100 (session 40, kernel sums, two rounds) 168.5 / 169.2 us in chunks of 1,
-    127.0 / 131.7 in chunks of 8, 141.9 / 140.8 in chunks of 2 (cuDNN 99-100); d=256 causal
-    512 164.6 -> 114.0 (one round); d=96 174.3 -> 184.8; on the H200 in session 15 (an older
-    kernel) chunks of 1 led by 7%. ``scripts/order_model.py`` (an LRU L2 and tile-unit item
-    times) reads chunks of 1 / 8 at d=128 causal 512 as 442 / 256 MB from HBM, both spans
-    optimal under a persistent grid's snake; with one program per item (the hardware's
-    dynamic order) chunks of 8 end 5-7% later at 1k (a head's heavy tile among the last),
-    windows keep chunks of 1's span and chunks of 8's bytes. Under the persistent grid's
-    static order a window must span whole pairs of rounds, or the snake's pairs no longer
-    balance (windows of 64 pairs at 512: a span of 61 tiles against 40).
-
-    The dK/dV kernel's chunks of 1 (d=64 up to 8 key tiles, :data:`.bwd_hopper.SINGLE_UPTO`)
-    have the same shape: at d=64 causal 1k its 512 heads' Q and dO (128 MB) pass between a
-    head's items.
-
-    ``variable`` unset or ``0``: none (the measured default, until windows are measured);
-    ``auto``: a persistent grid (fewer programs than items), the fewest pairs whose items
-    fill whole pairs of rounds (d=128 at 512 keys on 132 SMs: 66); one program per item, the
-    most pairs, a power of two (few compiled variants), that fit :data:`WINDOW_BYTES`; none
-    where the window's bytes do not fit; a positive integer: that many pairs."""
-    value = getenv(variable, "0")
-    if value == "auto":
-        if n_programs < n_bh * n_tiles:
-            heads = math.lcm(2 * n_programs, n_tiles) // n_tiles
-        else:
-            heads = max(1, WINDOW_BYTES // max(head_bytes, 1))
-            heads = 1 << (heads.bit_length() - 1)
-        if heads * head_bytes > WINDOW_BYTES:
-            return group
-    elif value.isdigit():
-        heads = int(value)
-    else:
-        raise ValueError(f"{variable} must be 0, a positive integer (pairs per window) or "
-                         f"'auto', got {value!r}")
-    if 1 < group < n_tiles or heads == 0 or heads >= n_bh:
-        return group            # (a window of every pair is chunks of 1's order)
-    return -heads
 
 
 # The forward's work tiles per head (2 * BLOCK_M query rows each) up to which its causal order
