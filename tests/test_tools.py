@@ -459,3 +459,35 @@ def test_stall_sources_reads_ncu_source_csv(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("==ERROR== no kernels\n")
     assert "no SASS source page found" in _run("stall_sources.py", str(bad), ok=(1,))
+
+
+def test_grid_table_from_bench_json(tmp_path):
+    """scripts/grid_table.py: each cell the call ratio, the kernel ratio and the rounds' range
+    of the subject against the baseline, rows by head dim, mask and mode, then the count at
+    1.00x as shown and the geomeans."""
+    def row(provider, s, ms, kernel_ms, rounds):
+        return dict(provider=provider, d=64, causal=True, mode="fwd", s=s, status="ok", ms=ms,
+                    kernel_ms=kernel_ms, ms_rounds=rounds)
+    results = [row("flashtile", 512, 0.20, 0.19, [0.21, 0.20, 0.19]),
+               row("sdpa-cudnn", 512, 0.18, 0.19, [0.18, 0.18, 0.19]),
+               row("flashtile", 1024, 0.25, 0.25, [0.25, 0.26]),
+               row("sdpa-cudnn", 1024, 0.25, 0.24, [0.25, 0.26])]
+    path = tmp_path / "bench-1.json"
+    path.write_text(json.dumps({"meta": {}, "results": results}))
+    out = _run("grid_table.py", str(path))
+    assert "| 64 | causal | fwd | 0.90× (1.00×) [0.86–1.00] | 1.00× (0.96×) [1.00–1.00] |" in out
+    assert "- fwd: 1 of 2 points at >= 1.00x as shown (0.995 and up) by call (1 by kernels); " \
+           "geomean by call 0.949, by kernels 0.980" in out, out
+
+
+def test_order_model_reads_the_causal_orders():
+    """scripts/order_model.py: at d=128 causal 512 (512 pairs x 4 items, 132 programs, 50 MB)
+    chunks of 1 miss ~442 MB of the L2 and chunks of 8 the 256 MB of K/V, Q and O once, both
+    with the optimal span under the snake; windows of 66 pairs (two rounds) read as chunks of
+    8, windows of 64 unbalance the snake (session 40)."""
+    out = _run("order_model.py", "--groups", "1,8,-64,-66")
+    spans = dict(re.findall(r"GROUP +(-?\d+): HBM +[\d.]+ MB, span +([\d.]+)", out))
+    missed = dict(re.findall(r"GROUP +(-?\d+): HBM +([\d.]+) MB", out))
+    assert float(missed["1"]) > 400 and float(missed["8"]) == 256.0, out
+    assert float(missed["-66"]) == 256.0 and spans["-66"] == spans["8"] == spans["1"], out
+    assert float(spans["-64"]) > 1.4 * float(spans["8"]), out
