@@ -34,10 +34,11 @@
 # Prediction (scripts/order_model.py): the persistent forward with windows reads as chunks of
 # 8 (same bytes, same span: auto's windows span whole pairs of rounds); the d=128 one pass
 # (one program per item when causal) a few % ahead of chunks of 8; d=64's backward at 512/1k
-# ahead of chunks of 1 by its bytes; the tile-level forward (d=64 causal 512/1k, FLASHTILE_FWD_WINDOW)
-# 3-6% faster (its grid no longer ends on heavy blocks). The open question is the H200's chunks of 1 against 8.
+# ahead of chunks of 1 by its bytes; the tile-level forward (d=64 causal 512/1k,
+# FLASHTILE_FWD_WINDOW) 3-6% faster (its grid no longer ends on heavy blocks). The open
+# question is the H200's chunks of 1 against 8.
 # If the windows lead (or level with the better parent at every point), make `auto` their
-# default where the chunks are 1 (fwd_hopper.causal_window, bwd_hopper's call), run the
+# default (common.causal_window's and fwd.window_pairs' variables), run the
 # forward and backward GPU test files (PYTEST_ARGS="tests/test_fwd_hopper.py
 # tests/test_bwd_hopper.py", TEST_PROCS 16 on an H200, 8 on an H100) and issue 7's grid
 # (session 39's call A: docs/results/2026-12-06-s40-call1/call1.sh).
