@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
+from statistics import geometric_mean
 
 
 def _seqlen(s: int) -> str:
@@ -44,29 +44,29 @@ def table(path: Path, subject: str, base: str) -> list[str]:
                 kern = theirs["kernel_ms"] / ours["kernel_ms"]
                 kernels.setdefault(mode, []).append(kern)
                 cell += f" ({kern:.2f}×)"
-            rounds = [t / o for o, t in zip(ours.get("ms_rounds") or [], theirs.get("ms_rounds") or [])]
+            rounds = [t / o for o, t in zip(ours.get("ms_rounds") or [],
+                                            theirs.get("ms_rounds") or [])]
             if len(rounds) > 1:
                 cell += f" [{min(rounds):.2f}–{max(rounds):.2f}]"
             calls.setdefault(mode, []).append(call)
             cells.append(cell)
-        lines.append(f"| {d} | {'causal' if causal else 'full'} | {mode} | " + " | ".join(cells) + " |")
-
-    def geomean(xs):
-        return math.exp(sum(map(math.log, xs)) / len(xs))
+        mask = "causal" if causal else "full"
+        lines.append(f"| {d} | {mask} | {mode} | " + " | ".join(cells) + " |")
 
     lines.append("")
     for mode in calls:
         at_par = sum(x >= 0.995 for x in calls[mode])
         kern = kernels.get(mode, [])
         lines.append(f"- {mode}: {at_par} of {len(calls[mode])} points at >= 1.00x as shown "
-                     f"(0.995 and up) by call "
-                     f"({sum(x >= 0.995 for x in kern)} by kernels); geomean by call "
-                     f"{geomean(calls[mode]):.3f}" + (f", by kernels {geomean(kern):.3f}" if kern else ""))
+                     f"(0.995 and up) by call ({sum(x >= 0.995 for x in kern)} by kernels); "
+                     f"geomean by call {geometric_mean(calls[mode]):.3f}"
+                     + (f", by kernels {geometric_mean(kern):.3f}" if kern else ""))
     return lines
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("json", nargs="+", type=Path)
     p.add_argument("--subject", default="flashtile")
     p.add_argument("--base", default="sdpa-cudnn")

@@ -94,8 +94,10 @@ def simulate(pairs: int, n_tiles: int, group: int, programs: int, dynamic: bool,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pairs", type=int, default=512, help="(batch, head) pairs (512: d=128 at 16k tokens, 512 keys)")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pairs", type=int, default=512,
+                   help="(batch, head) pairs (512: d=128 at 16k tokens, 512 keys)")
     p.add_argument("--tiles", type=int, default=4, help="items per pair")
     p.add_argument("--groups", default="1,8,-64,-66", help="GROUP values, comma-separated")
     p.add_argument("--programs", type=int, default=132, help="persistent programs (SMs)")

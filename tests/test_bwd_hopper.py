@@ -346,28 +346,29 @@ def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 2, 64), (1, 256, 2, 1, 64),
                    (2, 512, 4, 4, 128)])
 @pytest.mark.parametrize("one_pass", [False, True], ids=["two-pass", "one-pass"])
-@pytest.mark.parametrize("queries", [64, 128])
-def test_serial_order(gluon_calls, monkeypatch, shape, causal, dtype, one_pass, queries):
+@pytest.mark.parametrize("wide", [False, True], ids=["default-queries", "128-queries"])
+def test_serial_order(gluon_calls, monkeypatch, shape, causal, dtype, one_pass, wide):
     """``FLASHTILE_GLUON_BWD_SERIAL=1``: each consumer waits for a tile's dV and dK before the
-    next tile's S^T and dP^T (LSE and D one per thread until used), at the default 64 and at
-    128 queries per tile (``FLASHTILE_GLUON_BWD_CONFIG``; d=128: 32 queries, its default);
+    next tile's S^T and dP^T (LSE and D one per thread until used), at each head dim's default
+    queries per tile and at a wider tile in 2 slots (``FLASHTILE_GLUON_BWD_CONFIG``: d=64 128
+    queries, d=128 64);
     two passes and one, causal, GQA/MQA, several items per program: all three gradients
     within budget, one launch of this kernel with the switch on."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "0")   # (this kernel, not the rows one)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic" if one_pass else "two-pass")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SERIAL", "1")
     b, s, hq, hkv, d = shape
-    if d == 64:
-        slots = 4 if queries == 64 else 2
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", f"64,{queries},{slots},240")
-    elif queries == 128:
-        pytest.skip("d=128 keeps 32 queries per tile (its S^T, dP^T, dK, dV fill the registers)")
+    # (d=128 keeps 32 queries: its S^T, dP^T, dK, dV fill the registers; its "wide" case runs
+    # 64 queries x 2 slots, the serial order's other shape there)
+    queries = (128 if d == 64 else 64) if wide else bwd_hopper.config(d)[1]
+    slots = 2 if wide else bwd_hopper.config(d)[2]
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_CONFIG", f"64,{queries},{slots},240")
     launches = gluon_launches(monkeypatch)
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
     assert meta["SERIAL"] is True and meta["ONE_PASS"] is one_pass
-    assert meta["BLOCK_M"] == (queries if d == 64 else 32)
+    assert meta["BLOCK_M"] == queries and meta["NUM_STAGES"] == slots
 
 
 def test_serial_switch(monkeypatch):

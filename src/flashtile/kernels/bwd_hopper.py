@@ -104,7 +104,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
-from .common import env_forced, gluon_switch_on
+from .common import causal_window, env_forced, gluon_switch_on
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
@@ -128,15 +128,13 @@ def causal_order(q: torch.Tensor, k: torch.Tensor, n_ntiles: int, n_programs: in
     """The causal ``GROUP`` of the dK/dV kernels (this one and :mod:`.bwdrows_hopper`) for
     ``n_ntiles`` key items per (batch, KV head) on ``n_programs``: the chunks of
     :data:`SINGLE_UPTO` (:func:`.fwd_hopper.causal_group`, ``FLASHTILE_GLUON_BWD_GROUP``), in
-    windows where
-    ``FLASHTILE_GLUON_BWD_WINDOW`` asks (:func:`.fwd_hopper.causal_window`: a pair's items
-    all read its query heads' Q and dO)."""
+    windows where ``FLASHTILE_GLUON_BWD_WINDOW`` asks (:func:`.common.causal_window`: a
+    pair's items all read its query heads' Q and dO)."""
     b, sq, hq, d = q.shape
     hkv = k.shape[2]
     group = fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d], "FLASHTILE_GLUON_BWD_GROUP")
-    return fwd_hopper.causal_window(group, n_ntiles, b * hkv,
-                                    (hq // hkv) * 2 * sq * d * q.element_size(), n_programs,
-                                    "FLASHTILE_GLUON_BWD_WINDOW")
+    return causal_window(group, n_ntiles, b * hkv, (hq // hkv) * 2 * sq * d * q.element_size(),
+                         n_programs, "FLASHTILE_GLUON_BWD_WINDOW")
 
 
 @builtin
