@@ -204,14 +204,15 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 @pytest.mark.parametrize("d,seqlen,group", [(128, 512, 1), (128, 1024, 8), (64, 1024, 1),
-                                             (64, 2048, 8), (256, 512, 1), (256, 1024, 8),
+                                             (64, 2048, 8), (256, 512, 8), (256, 1024, 8),
                                              (96, 512, 1), (96, 1024, 8)])
 def test_causal_chunks_by_head_dim(monkeypatch, d, seqlen, group):
     """The forward's causal order runs in chunks of 1 up to :data:`fwd_hopper.SINGLE_UPTO`
-    work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k), else 8. Runs on the CPU:
-    the launch is captured, not made."""
+    work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k; d=256: never), else 8 (two
+    heads: too few for a window). Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_WINDOW", raising=False)
     q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
     params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
@@ -243,7 +244,8 @@ def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 def test_causal_window_rule_and_bad_value(monkeypatch):
-    """:func:`fwd_hopper.causal_window`: off unless asked; ``auto`` on a persistent grid takes
+    """:func:`fwd_hopper.causal_window`: unset, the caller's default (the forward's ``auto``,
+    else off); ``auto`` on a persistent grid takes
     the fewest pairs whose items fill whole pairs of rounds, with one program per item a power
     of two that fills 24 MB, and none past 24 MB; windows replace chunks of 1 and a chunk of
     every tile (not chunks of 8 over 16 tiles), and a window of every pair is chunks of 1."""
@@ -251,8 +253,9 @@ def test_causal_window_rule_and_bad_value(monkeypatch):
     kv = 2 * 512 * 128 * 2                      # d=128 bf16 at 512 keys: 256 KB a head
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_WINDOW", raising=False)
     assert window(1, 4, 512, kv, 132) == 1 and window(8, 8, 512, kv, 132) == 8
+    assert window(1, 4, 512, kv, 132, default="auto") == -66
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "0")
-    assert window(1, 4, 512, kv, 132) == 1
+    assert window(1, 4, 512, kv, 132) == 1 and window(1, 4, 512, kv, 132, default="auto") == 1
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", "auto")
     assert window(1, 4, 512, kv, 132) == -66    # 66 x 4 items = 2 rounds of 132 programs
     assert window(8, 8, 256, 2 * kv, 132) == -33 and window(1, 16, 256, kv, 132) == -33
@@ -271,21 +274,25 @@ def test_causal_window_rule_and_bad_value(monkeypatch):
 
 
 def test_causal_window_launch(monkeypatch):
-    """With windows asked for, the causal forward at d=128 512 keys (chunks of 1 by rule; 384
-    items on the persistent grid of 132 programs off a GPU) is launched with ``GROUP`` -66
-    and a label that names the window; unmasked, or off, it is not. Runs on the CPU: the
-    launch is captured, not made."""
+    """With windows asked for or by default, the causal forward at d=128 512 keys (chunks of 1
+    by rule; 384 items on the persistent grid of 132 programs off a GPU) is launched with
+    ``GROUP`` -66 and a label that names the window; unmasked, or off, it is not. Runs on the
+    CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False, full=True)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
     q, k, v = (torch.randn(2, 512, 48, 128, dtype=torch.bfloat16) for _ in range(3))
-    for value, causal in (("auto", True), ("auto", False), ("0", True)):
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", value)
+    for value, causal in (("auto", True), ("auto", False), ("0", True), (None, True)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_FWD_WINDOW", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_FWD_WINDOW", value)
         params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
         fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(2, 48, 512))
     metas = [(launch[5]["GROUP"], launch[8]) for launch in seen]
     assert metas[0] == (-66, "gluon 128x64/4s window 66"), metas   # 96 pairs, 66 a window
     assert metas[1][0] == 1 and "window" not in metas[1][1], metas
     assert metas[2][0] == 1 and "window" not in metas[2][1], metas
+    assert metas[3] == metas[0], metas                              # the default: auto
 
 
 @pytest.mark.parametrize("d,causal,early", [(64, False, True), (64, True, True),

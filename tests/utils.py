@@ -165,10 +165,12 @@ def check_causal_groups(monkeypatch, variable: str, role: str, shape, causal: bo
     """A Gluon kernel (``role``) with its causal order in chunks of 1, 4 and 3 tiles
     (``variable``; 8 tiles per head: chunks of 4, and of 3, 3 and a short 2): every item
     walked once (outputs and gradients within budget), each launch given the chunk asked for
-    (without a mask the order is unchanged: 1)."""
+    (without a mask the order is unchanged: 1). Windows are turned off (the forward's default
+    puts chunks of 1 in windows: :func:`flashtile.kernels.common.causal_window`)."""
     from test_kernels import check
     launches = gluon_launches(monkeypatch)
     b, s, hq, hkv, d = shape
+    monkeypatch.setenv(variable.replace("_GROUP", "_WINDOW"), "0")
     for group in ("1", "4", "3"):
         monkeypatch.setenv(variable, group)
         check(b, s, s, hq, hkv, d, d, dtype, causal=causal)

@@ -437,7 +437,7 @@ WINDOW_BYTES = 24 << 20
 
 
 def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_programs: int,
-                  variable: str = "FLASHTILE_GLUON_FWD_WINDOW") -> int:
+                  variable: str = "FLASHTILE_GLUON_FWD_WINDOW", default: str = "0") -> int:
     """A Gluon kernel's ``GROUP`` with windows (:func:`.fwd_hopper._work_tile`): where the
     causal order runs in chunks of 1 or in one chunk of a pair's every tile (``group`` 1, or
     at least ``n_tiles``), and ``variable`` asks for windows, -W for windows of W of the
@@ -461,16 +461,25 @@ def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_progra
     static order a window must span whole pairs of rounds, or the snake's pairs no longer
     balance (windows of 64 pairs at 512: a span of 61 tiles against 40).
 
+    Measured (session 41, H100, kernel sums of two alternating rounds, cuDNN 99-125 us in the
+    same runs): the Gluon forward causal at 512 keys, chunks of 1 / 8 / windows of 66, d=128
+    166.0 / 128.7 / 114.0 us, d=96 163.6 / 179.4 / 133.3; at 1k (chunks of 8 / windows of
+    33) d=128 172 / 165 us: windows are the forward's default. d=256's windows pass 24 MB and
+    its chunks of 8 lead (161.6 against 113.6 us: :data:`.fwd_hopper.SINGLE_UPTO`). The dK/dV
+    kernels' windows did not lead (d=64 causal 512 / 1k level with chunks of 1, d=128's one
+    pass 1-3% slower), nor did the tile-level forward's (d=64 causal 512 +7%, 1k level): off.
+
     The dK/dV kernel's chunks of 1 (d=64 up to 8 key tiles, :data:`.bwd_hopper.SINGLE_UPTO`)
     have the same shape: at d=64 causal 1k its 512 heads' Q and dO (128 MB) pass between a
     head's items.
 
-    ``variable`` unset or ``0``: none (the measured default, until windows are measured);
+    ``variable`` unset: ``default`` (the calling kernel's measured rule: ``auto`` in the Gluon
+    forward, ``0`` in the dK/dV kernels and the tile-level forward, session 41); ``0``: none;
     ``auto``: a persistent grid (fewer programs than items), the fewest pairs whose items
     fill whole pairs of rounds (d=128 at 512 keys on 132 SMs: 66); one program per item, the
     most pairs, a power of two (few compiled variants), that fit :data:`WINDOW_BYTES`; none
     where the window's bytes do not fit; a positive integer: that many pairs."""
-    value = getenv(variable, "0")
+    value = getenv(variable, default) or default
     if value == "auto":
         if n_programs < n_bh * n_tiles:
             heads = math.lcm(2 * n_programs, n_tiles) // n_tiles

@@ -1267,8 +1267,11 @@ def causal_group(n_tiles: int, single_upto: int,
 # 1k (8 tiles) +10% (session 13); d=128 512 (4 tiles) +7% in alternating runs, and 1k (8
 # tiles) -7% (session 15). On the H100 (session 40) chunks of 8 took 23% less time at d=128
 # causal 512 and 31% less at d=256, 6% more at d=96: chunks of 1 re-read K/V from HBM there
-# (:func:`causal_window`), unsettled on the H200.
-SINGLE_UPTO = {64: 8, 96: 4, 128: 4, 256: 4}   # (d=96, d=256: d=128's, unmeasured)
+# (:func:`causal_window`), unsettled on the H200. Session 41 (H100, two rounds) made the
+# windows of :func:`causal_window` the default where chunks of 1 run (d=128 causal 512 -31%,
+# d=96 -19%), and d=256 chunks of 8 from 2 tiles (its windows of 66 heads, 33 MB, pass
+# WINDOW_BYTES; chunks of 8 took 113.6 us against 161.6 at causal 512, the same as session 40).
+SINGLE_UPTO = {64: 8, 96: 4, 128: 4, 256: 0}
 
 
 def early_s1(d: int, causal: bool) -> bool:
@@ -1363,7 +1366,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     n_work = n_mtiles * b * hq
     grid = programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True)
     group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), n_mtiles, b * hq,
-                          2 * sk * d * k.element_size(), grid) if causal(params) else 1
+                          2 * sk * d * k.element_size(), grid,
+                          default="auto") if causal(params) else 1
     # q, k, v, out in tiles of each part of the head dim (one part, or two: the kernel's
     # *_desc2 descriptors, None where the head dim is whole)
     parts = [cols for cols in head_parts(d) if cols]
