@@ -4,8 +4,12 @@
 (default: flashtile against SDPA-cuDNN), then the count of points at >= 1.0x and the geomeans.
 
     python3 scripts/grid_table.py docs/results/<call>/bf16/bench-*.json [--base sdpa-cudnn]
+    python3 scripts/grid_table.py --lines bench.json     # one line a point, for A/B calls
 
 A round's ratio compares the two providers' calls of the same round (timed back to back).
+``--lines`` prints each point's kernel times (µs; call times where the JSON has no kernel
+times), their ratio, the subject's kernel configs and its float64 check, one line a point:
+what an A/B call's log shows per variant.
 """
 
 from __future__ import annotations
@@ -64,14 +68,41 @@ def table(path: Path, subject: str, base: str) -> list[str]:
     return lines
 
 
+def point_lines(path: Path, subject: str, base: str) -> list[str]:
+    """One line per point of ``subject`` in one bench JSON: kernel (or call) times of both
+    providers, base over subject, configs and check."""
+    rows = [r for r in json.loads(path.read_text())["results"] if r.get("status") == "ok"]
+    key = lambda r: (r["d"], r["causal"], r["mode"], r["s"], r["dtype"])  # noqa: E731
+    theirs = {key(r): r for r in rows if r["provider"] == base}
+    lines = []
+    for ours in (r for r in rows if r["provider"] == subject):
+        other = theirs.get(key(ours))
+        field = "kernel_ms" if ours.get("kernel_ms") and other and other.get("kernel_ms") \
+            else "ms"
+        mask = "causal" if ours["causal"] else "full"
+        line = (f"d={ours['d']:<3} {mask:<6} {ours['mode']:<6} s={_seqlen(ours['s']):<4} "
+                f"{ours['dtype']} {subject} {ours[field] * 1e3:8.1f} us")
+        if other is not None:
+            line += (f"  {base} {other[field] * 1e3:8.1f} us  ratio "
+                     f"{other[field] / ours[field]:.3f}")
+        check = (ours.get("check") or {}).get("status", "-")
+        lines.append(f"{line}  ({field}) {ours.get('configs') or {}} check {check}")
+    return lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("json", nargs="+", type=Path)
     p.add_argument("--subject", default="flashtile")
     p.add_argument("--base", default="sdpa-cudnn")
+    p.add_argument("--lines", action="store_true",
+                   help="one line a point (kernel times, ratio, configs, check), no table")
     args = p.parse_args()
     for path in args.json:
+        if args.lines:
+            print("\n".join(point_lines(path, args.subject, args.base)))
+            continue
         print(f"{path}:\n")
         print("\n".join(table(path, args.subject, args.base)))
         print()

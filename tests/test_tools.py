@@ -464,10 +464,11 @@ def test_stall_sources_reads_ncu_source_csv(tmp_path):
 def test_grid_table_from_bench_json(tmp_path):
     """scripts/grid_table.py: each cell the call ratio, the kernel ratio and the rounds' range
     of the subject against the baseline, rows by head dim, mask and mode, then the count at
-    1.00x as shown and the geomeans."""
+    1.00x as shown and the geomeans; ``--lines``: one line a point (kernel times, ratio,
+    configs, check)."""
     def row(provider, s, ms, kernel_ms, rounds):
         return dict(provider=provider, d=64, causal=True, mode="fwd", s=s, status="ok", ms=ms,
-                    kernel_ms=kernel_ms, ms_rounds=rounds)
+                    kernel_ms=kernel_ms, ms_rounds=rounds, dtype="bf16")
     results = [row("flashtile", 512, 0.20, 0.19, [0.21, 0.20, 0.19]),
                row("sdpa-cudnn", 512, 0.18, 0.19, [0.18, 0.18, 0.19]),
                row("flashtile", 1024, 0.25, 0.25, [0.25, 0.26]),
@@ -478,6 +479,14 @@ def test_grid_table_from_bench_json(tmp_path):
     assert "| 64 | causal | fwd | 0.90× (1.00×) [0.86–1.00] | 1.00× (0.96×) [1.00–1.00] |" in out
     assert "- fwd: 1 of 2 points at >= 1.00x as shown (0.995 and up) by call (1 by kernels); " \
            "geomean by call 0.949, by kernels 0.980" in out, out
+    results[0].update(configs={"fwd": "gluon 128x64/4s window 66"}, check={"status": "ok"})
+    path.write_text(json.dumps({"meta": {}, "results": results}))
+    lines = _run("grid_table.py", "--lines", str(path)).splitlines()
+    assert lines[0] == ("d=64  causal fwd    s=512  bf16 flashtile    190.0 us  sdpa-cudnn    "
+                        "190.0 us  ratio 1.000  (kernel_ms) {'fwd': 'gluon 128x64/4s window 66'} "
+                        "check ok"), lines
+    assert lines[1].startswith("d=64  causal fwd    s=1k   bf16 flashtile    250.0 us  "
+                               "sdpa-cudnn    240.0 us  ratio 0.960"), lines
 
 
 def test_order_model_reads_the_causal_orders():
