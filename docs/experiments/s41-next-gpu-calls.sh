@@ -2,7 +2,7 @@
 # every call ran on an H100). Copy to docs/results/<date>-sNN-callK/callK.sh, commit, run
 # `export OUT; bash <path>`.
 #
-# Call A (~400 s): the d=64 causal forward up to 2k keys, where the gate's largest forward gap
+# Call A (~450 s): the d=64 causal forward up to 2k keys, where the gate's largest forward gap
 # is (0.87-0.91x cuDNN at 512 / 1k / 2k, both dtypes, session 41). Up to 1k it runs the
 # tile-level forward (fwd_hopper.CAUSAL_AHEAD_FROM[64] = 2048): the Gluon forward measured
 # 1.09x / 1.03x its time at 512 / 1k in session 26 (H200), but then its causal order ran in
@@ -16,7 +16,10 @@
 #   gnone = FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_WINDOW=0 (session 26's order: the windows'
 #           share)
 # then forward+backward d=64 causal 512 / 1k, tile against gwin (the forward is ~1/3 of it),
-# and d=128 causal 512's narrow tiles (64 keys x 4 slots, fwd_hopper.NARROW_CAUSAL_UPTO: 0.96x
+# each also with the backward in one pass (`FLASHTILE_BWD_DQ=atomic`: dQ added in the dK/dV
+# kernel, which there runs the serial order of session 39, 4-9% faster than the order that
+# lost to two passes at causal up to 1k in session 32: bwd_hopper.one_pass), and d=128 causal
+# 512's narrow tiles (64 keys x 4 slots, fwd_hopper.NARROW_CAUSAL_UPTO: 0.96x
 # the wide tiles' time in session 37, before the windows) against the wide ones (128 x 2).
 #   export PYTHONPATH=$PWD/src; O=$OUT; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
 #   run() {  # $1 name, $2 variables, $3.. bench arguments (as s41 call 1's run())
@@ -32,7 +35,8 @@
 #              "gnone:FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_WINDOW=0"; do
 #       run fwd-${v%%:*}-r$r "${v#*:}" --mode fwd --seqlens 512,1k,2k --dtype bf16
 #     done
-#     for v in "tile:X=0" "gwin:FLASHTILE_GLUON_FWD=1"; do
+#     for v in "tile:X=0" "gwin:FLASHTILE_GLUON_FWD=1" "one:FLASHTILE_BWD_DQ=atomic" \
+#              "gwinone:FLASHTILE_GLUON_FWD=1 FLASHTILE_BWD_DQ=atomic"; do
 #       run bwd-${v%%:*}-r$r "${v#*:}" --mode fwdbwd --seqlens 512,1k --dtype bf16
 #     done
 #     for v in "narrow:X=0" "wide:FLASHTILE_GLUON_FWD_CONFIG=64,128,2,240"; do   # d=128 only
@@ -44,7 +48,9 @@
 # Prediction: gwin ahead of tile at 512 and 1k (by 5-15%: session 26's 1.09x / 1.03x less the
 # windows' share, which gnone shows), g1 within 2% of the default at 2k. If gwin leads at both,
 # lower CAUSAL_AHEAD_FROM[64] (to 0, or to 1024 if only 1k), run tests/test_fwd_hopper.py and
-# tests/test_kernels.py on the GPU and issue 7's d=64 rows in both dtypes.
+# tests/test_kernels.py on the GPU and issue 7's d=64 rows in both dtypes. If `one` leads
+# `tile` (or `gwinone` leads `gwin`) at 512 / 1k, bwd_hopper.one_pass's d=64 causal
+# exception goes (then tests/test_bwd_hopper.py on the GPU).
 #
 # Call B, on an H200 if one is lent (the gate's card; never measured with the windows):
 # session 41's call 1 (docs/results/2026-12-06-s41-call1/call1.sh) with the rule variant
