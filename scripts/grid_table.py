@@ -4,12 +4,13 @@
 (default: flashtile against SDPA-cuDNN), then the count of points at >= 1.0x and the geomeans.
 
     python3 scripts/grid_table.py docs/results/<call>/bf16/bench-*.json [--base sdpa-cudnn]
-    python3 scripts/grid_table.py --lines bench.json     # one line a point, for A/B calls
+    python3 scripts/grid_table.py --lines [--split] bench.json   # one line a point (A/B calls)
 
 A round's ratio compares the two providers' calls of the same round (timed back to back).
 ``--lines`` prints each point's kernel times (µs; call times where the JSON has no kernel
 times), their ratio, the subject's kernel configs and its float64 check, one line a point:
-what an A/B call's log shows per variant.
+what an A/B call's log shows per variant; ``--split`` adds each round's kernel times by kernel
+name (bench JSON from session 41 on).
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def table(path: Path, subject: str, base: str) -> list[str]:
     return lines
 
 
-def point_lines(path: Path, subject: str, base: str) -> list[str]:
+def point_lines(path: Path, subject: str, base: str, split: bool = False) -> list[str]:
     """One line per point of ``subject`` in one bench JSON: kernel (or call) times of both
-    providers, base over subject, configs and check."""
+    providers, base over subject, configs and check; with ``split``, under it each round's
+    kernel times by name (the JSON's ``kernel_split_rounds``), both providers."""
     rows = [r for r in json.loads(path.read_text())["results"] if r.get("status") == "ok"]
     key = lambda r: (r["d"], r["causal"], r["mode"], r["s"], r["dtype"])  # noqa: E731
     theirs = {key(r): r for r in rows if r["provider"] == base}
@@ -87,6 +89,10 @@ def point_lines(path: Path, subject: str, base: str) -> list[str]:
                      f"{other[field] / ours[field]:.3f}")
         check = (ours.get("check") or {}).get("status", "-")
         lines.append(f"{line}  ({field}) {ours.get('configs') or {}} check {check}")
+        for row in (ours, other) if split else ():
+            for i, parts in enumerate((row or {}).get("kernel_split_rounds") or []):
+                lines.append(f"    {row['provider']} round {i + 1}: " + ", ".join(
+                    f"{name} {ms * 1e3:.1f} us" for name, ms in parts.items()))
     return lines
 
 
@@ -98,10 +104,12 @@ def main() -> None:
     p.add_argument("--base", default="sdpa-cudnn")
     p.add_argument("--lines", action="store_true",
                    help="one line a point (kernel times, ratio, configs, check), no table")
+    p.add_argument("--split", action="store_true",
+                   help="with --lines: each round's kernel times by kernel name under a point")
     args = p.parse_args()
     for path in args.json:
         if args.lines:
-            print("\n".join(point_lines(path, args.subject, args.base)))
+            print("\n".join(point_lines(path, args.subject, args.base, args.split)))
             continue
         print(f"{path}:\n")
         print("\n".join(table(path, args.subject, args.base)))

@@ -359,10 +359,13 @@ def test_median_round_skips_failed_rounds_and_missing_kernel_times():
                      dtype="fp32", mode="fwd")
     first = runner.Measurement("eager", case, "ok", ms=2.0, kernel_ms=None)
     later = [runner.Measurement("eager", case, "error", reason="x"),
-             runner.Measurement("eager", case, "ok", ms=4.0, kernel_ms=1.5)]
+             runner.Measurement("eager", case, "ok", ms=4.0, kernel_ms=1.5,
+                                kernel_split={"k1": 1.0, "k2": 0.5})]
     merged = runner.median_round(first, later)
     assert merged.ms == 3.0 and merged.ms_rounds == (2.0, 4.0)
     assert merged.kernel_ms == 1.5 and merged.kernel_ms_rounds == (1.5,)
+    assert merged.kernel_split_rounds == ({"k1": 1.0, "k2": 0.5},)
+    assert merged.as_dict()["kernel_split_rounds"] == ({"k1": 1.0, "k2": 0.5},)
     assert merged.spread == pytest.approx(2.0 / 3.0)
     wrong = runner.Measurement("eager", case, "WRONG", reason="out err")
     assert runner.median_round(wrong, []) is wrong
@@ -396,17 +399,23 @@ def test_kernel_time_ratio_and_summary():
 
 
 def test_device_us_sums_gpu_events_only():
-    """The kernel time of a profile counts events that ran on the GPU, nothing on the host."""
+    """The kernel time of a profile counts events that ran on the GPU, nothing on the host;
+    by name, largest first, long names cut (and added where the cut names meet)."""
     from types import SimpleNamespace
 
-    from flashtile.bench.timing import device_us
+    from flashtile.bench.timing import KERNEL_NAME_CHARS, device_us, device_us_by_name
 
     cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
-    events = [SimpleNamespace(device_type=cuda, device_time_total=120.0),
-              SimpleNamespace(device_type=cuda, device_time_total=30.5),
-              SimpleNamespace(device_type=cpu, device_time_total=999.0),
-              SimpleNamespace(device_type=cuda, device_time_total=0.0)]
+    long = "cudnn_generated_sdpa_" + "x" * 200
+    events = [SimpleNamespace(key="_fwd_kernel", device_type=cuda, device_time_total=30.5),
+              SimpleNamespace(key=long + "a", device_type=cuda, device_time_total=100.0),
+              SimpleNamespace(key=long + "b", device_type=cuda, device_time_total=20.0),
+              SimpleNamespace(key="aten::empty", device_type=cpu, device_time_total=999.0),
+              SimpleNamespace(key="Memset", device_type=cuda, device_time_total=0.0)]
     assert device_us(events) == pytest.approx(150.5)
+    by_name = device_us_by_name(events)
+    assert list(by_name) == [long[:KERNEL_NAME_CHARS], "_fwd_kernel"], by_name
+    assert by_name[long[:KERNEL_NAME_CHARS]] == pytest.approx(120.0)
 
 
 @pytest.mark.gpu
@@ -422,6 +431,8 @@ def test_kernel_times_on_gpu(tmp_path):
         if row["status"] != "ok":
             continue
         assert 0 < row["kernel_ms"] <= 1.1 * row["ms"], row
+        (split,) = row["kernel_split_rounds"]           # (one round: its kernels by name)
+        assert split and sum(split.values()) == pytest.approx(row["kernel_ms"]), row
     timed = {(r["provider"], r["mode"]): r for r in data["results"] if r["status"] == "ok"}
     mine = [r for (name, mode), r in timed.items()
             if name == "flashtile" and ("sdpa-cudnn", mode) in timed]

@@ -487,6 +487,11 @@ def test_grid_table_from_bench_json(tmp_path):
                         "check ok"), lines
     assert lines[1].startswith("d=64  causal fwd    s=1k   bf16 flashtile    250.0 us  "
                                "sdpa-cudnn    240.0 us  ratio 0.960"), lines
+    results[0]["kernel_split_rounds"] = [{"_fwd": 0.15, "_pre": 0.04}, {"_fwd": 0.2}]
+    path.write_text(json.dumps({"meta": {}, "results": results}))
+    lines = _run("grid_table.py", "--lines", "--split", str(path)).splitlines()
+    assert lines[1:3] == ["    flashtile round 1: _fwd 150.0 us, _pre 40.0 us",
+                          "    flashtile round 2: _fwd 200.0 us"], lines
 
 
 def test_order_model_reads_the_causal_orders():

@@ -79,7 +79,8 @@ def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
         "options": cli_options,
         "flop_convention": FLOP_CONVENTION,
         "timing": f"{timing}, warmup {options.warmup_ms:g} ms, rep {options.rep_ms:g} ms"
-                  + ("; kernel_ms: summed device times of 5 calls (torch profiler)"
+                  + ("; kernel_ms: summed device times of 5 calls (torch profiler), "
+                     "kernel_split_rounds: each round's by kernel name"
                      if options.kernel_times and options.device.type == "cuda" else "")
                   + (f"; median of {options.rounds} rounds, the providers in turn at each "
                      f"point (reversed every other round); ms_rounds holds each round"

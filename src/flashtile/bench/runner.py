@@ -20,7 +20,7 @@ import torch
 from .cases import BenchCase
 from .check import Checker, CheckResult
 from .providers import CUDNN, GIB, PROVIDERS, Provider
-from .timing import kernel_ms, make_timed_call, median_ms, peak_extra_memory
+from .timing import kernel_times, make_timed_call, median_ms, peak_extra_memory
 
 # Leave room for the inputs and the allocator when judging whether S and P fit.
 FREE_MEMORY_FRACTION = 0.9
@@ -47,7 +47,8 @@ class Measurement:
     ``kernel_ms`` (``--kernel-times``): the GPU's time alone (:func:`.timing.kernel_ms`), and
     ``vs_cudnn_kernels`` the same ratio as ``vs_cudnn`` from those times. ``ms`` and
     ``kernel_ms`` are the medians of the rounds' times, kept in ``ms_rounds`` and
-    ``kernel_ms_rounds`` (one each with ``rounds`` = 1).
+    ``kernel_ms_rounds`` (one each with ``rounds`` = 1); ``kernel_split_rounds``: each round's
+    kernel time by kernel name (:func:`.timing.kernel_times`).
     """
 
     provider: str
@@ -65,6 +66,8 @@ class Measurement:
     vs_cudnn_kernels: float | None = None
     ms_rounds: tuple[float, ...] | None = None
     kernel_ms_rounds: tuple[float, ...] | None = None
+    kernel_split: dict[str, float] | None = None
+    kernel_split_rounds: tuple[dict[str, float], ...] | None = None
 
     @property
     def spread(self) -> float | None:
@@ -92,7 +95,8 @@ class Measurement:
                "vs_best_other": self.vs_best_other, "vs_cudnn": self.vs_cudnn,
                "configs": self.configs, "kernel_ms": self.kernel_ms,
                "kernel_tflops": self.kernel_tflops, "vs_cudnn_kernels": self.vs_cudnn_kernels,
-               "ms_rounds": self.ms_rounds, "kernel_ms_rounds": self.kernel_ms_rounds}
+               "ms_rounds": self.ms_rounds, "kernel_ms_rounds": self.kernel_ms_rounds,
+               "kernel_split_rounds": self.kernel_split_rounds}
         row["check"] = self.check.as_dict() if self.check is not None else None
         return row
 
@@ -135,10 +139,11 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measureme
                 call = make_timed_call(provider, case, device)
                 memory = peak_extra_memory(call, device) if options.memory else None
                 ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
-                kernels = kernel_ms(call, device) if options.kernel_times else None
+                kernels = kernel_times(call, device) if options.kernel_times else None
             return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory,
                                configs=provider.launched_configs(case, device),
-                               kernel_ms=kernels)
+                               kernel_ms=kernels[0] if kernels else None,
+                               kernel_split=kernels[1] if kernels else None)
         except Exception as exc:  # reported, never raised
             reason = provider.explain_failure(exc, [str(w.message) for w in caught])
             status = "n/a" if reason is not None else "error"
@@ -235,11 +240,12 @@ def median_round(first: Measurement, more: list[Measurement]) -> Measurement:
     if first.status != "ok":
         return first
     ms = (first.ms, *(m.ms for m in more if m.status == "ok"))
-    kernels = tuple(k for k in (first.kernel_ms, *(m.kernel_ms for m in more
-                                                   if m.status == "ok")) if k is not None)
+    timed = [first, *(m for m in more if m.status == "ok")]
+    kernels = tuple(m.kernel_ms for m in timed if m.kernel_ms is not None)
+    splits = tuple(m.kernel_split for m in timed if m.kernel_split is not None)
     return replace(first, ms=statistics.median(ms), ms_rounds=ms,
                    kernel_ms=statistics.median(kernels) if kernels else None,
-                   kernel_ms_rounds=kernels or None)
+                   kernel_ms_rounds=kernels or None, kernel_split_rounds=splits or None)
 
 
 def _time_safely(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:

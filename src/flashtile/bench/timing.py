@@ -157,6 +157,16 @@ def kernel_ms(call: TimedCall, device: torch.device, reps: int = 5) -> float | N
     it leaves are not in it, so where a call is bound by the host (short sequences: the
     H200's host spends 0.3-0.6 ms per flashtile forward+backward, docs/perf.md session 16)
     this reads the kernels apart from :func:`median_ms`. None off CUDA."""
+    times = kernel_times(call, device, reps)
+    return None if times is None else times[0]
+
+
+def kernel_times(call: TimedCall, device: torch.device,
+                 reps: int = 5) -> tuple[float, dict[str, float]] | None:
+    """:func:`kernel_ms` and its parts from the same profile: ``(total ms, {kernel name: ms})``
+    per call, so that a round that reads slow names the kernel that was (session 41: a d=64
+    forward+backward's kernel sums at 16k came in at 17.0 or 19.0 ms by round). None off
+    CUDA."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -170,14 +180,30 @@ def kernel_ms(call: TimedCall, device: torch.device, reps: int = 5) -> float | N
             call.fn()
         _sync(device)
     _clear_grads(call.grad_to_none)
-    return device_us(prof.key_averages()) / reps / 1e3
+    averages = prof.key_averages()
+    return (device_us(averages) / reps / 1e3,
+            {name: us / reps / 1e3 for name, us in device_us_by_name(averages).items()})
 
 
 def device_us(averages) -> float:
     """Total device microseconds of a profile's averaged events (``key_averages()``): every
     event that ran on the GPU."""
-    return sum(ev.device_time_total for ev in averages
-               if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0)
+    return sum(device_us_by_name(averages).values())
+
+
+# Longer kernel names (cuDNN's generated ones run past 150 characters) are cut to this many
+KERNEL_NAME_CHARS = 80
+
+
+def device_us_by_name(averages) -> dict[str, float]:
+    """:func:`device_us` by event name (cut to :data:`KERNEL_NAME_CHARS`; events whose cut
+    names meet are added together), largest first."""
+    by_name: dict[str, float] = {}
+    for ev in averages:
+        if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:
+            name = ev.key[:KERNEL_NAME_CHARS]
+            by_name[name] = by_name.get(name, 0.0) + ev.device_time_total
+    return dict(sorted(by_name.items(), key=lambda item: -item[1]))
 
 
 def peak_extra_memory(call: TimedCall, device: torch.device) -> int | None:
