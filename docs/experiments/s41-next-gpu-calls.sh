@@ -56,3 +56,12 @@
 # session 41's call 1 (docs/results/2026-12-06-s41-call1/call1.sh) with the rule variant
 # FLASHTILE_GLUON_FWD_WINDOW=0 against the default, then issue 7's grid
 # (docs/results/2026-12-06-s41-call3/call3.sh, both dtypes).
+#
+# Call C (~90 s; or appended to call A if time is left): why the d=64 unmasked forward+backward
+# at 16k (b=1, h=32) reads 17.0 ms in some rounds and 19.0 in others (sessions 40-41; cuDNN
+# steady at 16.7): five rounds with each round's kernels by name (`kernel_split_rounds`, new
+# in session 41), then which kernel moves.
+#   export PYTHONPATH=$PWD/src; O=$OUT
+#   timeout 200 python3 -m flashtile bench --providers flashtile,cudnn --mode fwdbwd --causal no \
+#     --headdims 64,128 --seqlens 16k --kernel-times --rounds 5 --no-plot --out $O/split > $O/split.log 2>&1
+#   python3 scripts/grid_table.py --lines --split $O/split/bench-*.json
