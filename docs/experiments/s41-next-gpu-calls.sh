@@ -57,11 +57,18 @@
 # FLASHTILE_GLUON_FWD_WINDOW=0 against the default, then issue 7's grid
 # (docs/results/2026-12-06-s41-call3/call3.sh, both dtypes).
 #
-# Call C (~90 s; or appended to call A if time is left): why the d=64 unmasked forward+backward
+# Call C (~150 s; or appended to call A if time is left): why the d=64 unmasked forward+backward
 # at 16k (b=1, h=32) reads 17.0 ms in some rounds and 19.0 in others (sessions 40-41; cuDNN
 # steady at 16.7): five rounds with each round's kernels by name (`kernel_split_rounds`, new
 # in session 41), then which kernel moves.
+# A guess to weigh: the one pass adds every key tile's dQ part into fp32 dQ by TMA
+# reductions; at 16k with b=1 that is 4,096 items x 4 MB = 16 GB of reductions through the
+# L2 per call, so where a head's dQ lands (the L2's two partitions, by address) could set
+# the time; two passes (no reductions) would then be steady.
 #   export PYTHONPATH=$PWD/src; O=$OUT
-#   timeout 200 python3 -m flashtile bench --providers flashtile,cudnn --mode fwdbwd --causal no \
-#     --headdims 64,128 --seqlens 16k --kernel-times --rounds 5 --no-plot --out $O/split > $O/split.log 2>&1
-#   python3 scripts/grid_table.py --lines --split $O/split/bench-*.json
+#   for v in "one:X=0" "two:FLASHTILE_BWD_DQ=two-pass"; do
+#     env ${v#*:} timeout 150 python3 -m flashtile bench --providers flashtile,cudnn --mode fwdbwd \
+#       --causal no --headdims 64 --seqlens 16k --kernel-times --rounds 5 --no-plot \
+#       --out $O/split-${v%%:*} > $O/split-${v%%:*}.log 2>&1
+#     python3 scripts/grid_table.py --lines --split $O/split-${v%%:*}/bench-*.json
+#   done
