@@ -238,49 +238,6 @@ def test_diagonal_settings(monkeypatch):
     assert common.diagonal_args(packed, 256, 128) == dict(ONE_LOOP=True, EVEN_K=False)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: str(t).split(".")[-1])
-@pytest.mark.parametrize("shape,pairs", [((2, 64, 64, 5, 1, 16, 16), 3),
-                                         ((3, 50, 50, 3, 3, 16, 16), 2),
-                                         ((1, 45, 70, 4, 2, 24, 24), 4)],
-                         ids=["10-pairs-by-3", "9-pairs-by-2-ragged-rows", "4-pairs-by-4"])
-def test_windowed_causal_forward(shape, pairs, dtype, monkeypatch, launched):
-    """``FLASHTILE_FWD_WINDOW``: the causal tile-level forward's grid in windows of (batch,
-    head) pairs (:func:`flashtile.kernels.common.query_tile`), the last window short (10 by 3,
-    9 by 2, GQA among them, a last query block past the rows), or one window of every pair
-    (the plain order, ``WINDOW`` 0): every block run once (outputs NaN-poisoned before the
-    launch, and gradients, against float64)."""
-    monkeypatch.setenv("FLASHTILE_FWD_WINDOW", str(pairs))
-    check(*shape, dtype, causal=True)
-    b, _, _, hq = shape[:4]
-    windows = [kw["WINDOW"] for kw in launched if "WINDOW" in kw]
-    assert windows == [pairs if pairs < b * hq else 0], windows
-
-
-def test_window_pairs_rule(monkeypatch):
-    """:func:`flashtile.kernels.fwd.window_pairs`: off unless asked; ``auto`` for this grid
-    of one program per block takes the most pairs, a power of two, whose K/V fit 24 MB, and
-    none where one pair's do not; dense causal calls only."""
-    from flashtile.kernels.fwd import window_pairs
-    q, k, v = make_qkv(1, 8, 8, 2, 2, 16, 16, DTYPES[0])
-    causal, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
-    full, _ = _flash_params(q, k, v, 0.0, None, False, (-1, -1), 0.0, None, False)
-    local, _ = _flash_params(q, k, v, 0.0, None, True, (16, -1), 0.0, None, False)
-    kv = 2 * 1024 * 64 * 2                      # d=64 bf16 at 1k keys: 256 KB a pair
-    monkeypatch.delenv("FLASHTILE_FWD_WINDOW", raising=False)
-    assert window_pairs(causal, 512, kv, False) == 0
-    monkeypatch.setenv("FLASHTILE_FWD_WINDOW", "auto")
-    assert window_pairs(causal, 512, kv, False) == 64           # 24 MB / 256 KB = 96 -> 64
-    assert window_pairs(causal, 512, 1 << 30, False) == 0
-    assert window_pairs(causal, 64, kv, False) == 0             # one window: the plain order
-    for params, ragged in ((full, False), (local, False), (causal, True)):
-        assert window_pairs(params, 512, kv, ragged) == 0
-    monkeypatch.setenv("FLASHTILE_FWD_WINDOW", "7")
-    assert window_pairs(causal, 512, kv, False) == 7
-    monkeypatch.setenv("FLASHTILE_FWD_WINDOW", "many")
-    with pytest.raises(ValueError, match="FLASHTILE_FWD_WINDOW must be 0, a positive"):
-        window_pairs(causal, 512, kv, False)
-
-
 def test_backward_is_deterministic():
     q, k, v = make_qkv(2, 40, 52, 4, 2, 24, 24, DTYPES[0])
     dout = torch.randn(2, 40, 4, 24, dtype=DTYPES[0], device=DEVICE)

@@ -180,9 +180,9 @@ def kernel_times(call: TimedCall, device: torch.device,
             call.fn()
         _sync(device)
     _clear_grads(call.grad_to_none)
-    averages = prof.key_averages()
-    return (device_us(averages) / reps / 1e3,
-            {name: us / reps / 1e3 for name, us in device_us_by_name(averages).items()})
+    by_name = {name: us / reps / 1e3
+               for name, us in device_us_by_name(prof.key_averages()).items()}
+    return sum(by_name.values()), by_name
 
 
 def device_us(averages) -> float:

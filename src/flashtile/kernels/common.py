@@ -444,8 +444,7 @@ def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_progra
     ``n_bh`` (batch, head) pairs, else ``group``. ``head_bytes``: what all of a pair's items
     read (the forward: its K and V; the dK/dV kernels, ``FLASHTILE_GLUON_BWD_WINDOW``: its
     query heads' Q and dO); ``n_programs``: the grid. Chunks of 8 over more tiles than 8
-    already end on every pair's lightest tiles. The tile-level forward's grid takes it too
-    (``FLASHTILE_FWD_WINDOW``, :func:`.fwd.window_pairs`).
+    already end on every pair's lightest tiles.
 
     Why: in chunks of 1 every head's heaviest tile comes first, then every head's next; at
     d=128 causal 512 the 512 heads' K/V (128 MB) outgrow the L2, so each of a head's four
@@ -467,14 +466,15 @@ def causal_window(group: int, n_tiles: int, n_bh: int, head_bytes: int, n_progra
     33) d=128 172 / 165 us: windows are the forward's default. d=256's windows pass 24 MB and
     its chunks of 8 lead (161.6 against 113.6 us: :data:`.fwd_hopper.SINGLE_UPTO`). The dK/dV
     kernels' windows did not lead (d=64 causal 512 / 1k level with chunks of 1, d=128's one
-    pass 1-3% slower), nor did the tile-level forward's (d=64 causal 512 +7%, 1k level): off.
+    pass 1-3% slower): off by default there. (The tile-level forward's grid in windows, d=64
+    causal 512 +7%, 1k level, was removed: :func:`query_tile`.)
 
     The dK/dV kernel's chunks of 1 (d=64 up to 8 key tiles, :data:`.bwd_hopper.SINGLE_UPTO`)
     have the same shape: at d=64 causal 1k its 512 heads' Q and dO (128 MB) pass between a
     head's items.
 
     ``variable`` unset: ``default`` (the calling kernel's measured rule: ``auto`` in the Gluon
-    forward, ``0`` in the dK/dV kernels and the tile-level forward, session 41); ``0``: none;
+    forward, ``0`` in the dK/dV kernels, session 41); ``0``: none;
     ``auto``: a persistent grid (fewer programs than items), the fewest pairs whose items
     fill whole pairs of rounds (d=128 at 512 keys on 132 SMs: 66); one program per item, the
     most pairs, a power of two (few compiled variants), that fit :data:`WINDOW_BYTES`; none
@@ -506,28 +506,17 @@ def strides(t: torch.Tensor, varlen: bool) -> tuple[int, int, int]:
 
 @triton.jit
 def query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M: tl.constexpr,
-               IS_VARLEN: tl.constexpr, WINDOW: tl.constexpr = 0):
+               IS_VARLEN: tl.constexpr):
     """The program's query tile in a flat grid: ``(start_m, off_b, off_h, off_hkv)``. The query
     block varies fastest so that programs of one head run together (K/V stay in L2), and the
     last block (the heaviest under causal) runs first; varlen sequences come heaviest first
-    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors).
-
-    ``WINDOW`` > 0 (causal, :func:`.fwd.window_pairs`): windows of WINDOW (batch, head) pairs,
-    one after the other, each taking every pair's last block, then every pair's next: the
-    heaviest blocks of a window first, its pairs' K/V still in L2 between their blocks, and
-    the grid's last programs its lightest (programs start in order as SMs free up)."""
+    (:func:`varlen_sequence`). ``off_*`` are int64 (offsets into large tensors). (Windows of
+    heads here, each window's heaviest blocks first, measured 7% slower at d=64 causal 512
+    and level at 1k, session 41: ``docs/experiments/fwd-tile-window-s41.patch``.)"""
     pid = tl.program_id(0)
     n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    if WINDOW > 0:
-        per = WINDOW * n_mblocks
-        window = pid // per
-        heads = tl.minimum(tl.num_programs(0) // n_mblocks - window * WINDOW, WINDOW)
-        rest = pid - window * per
-        bh = window * WINDOW + rest % heads
-        start_m = (n_mblocks - 1 - rest // heads) * BLOCK_M
-    else:
-        bh = pid // n_mblocks
-        start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
+    bh = pid // n_mblocks
+    start_m = (n_mblocks - 1 - pid % n_mblocks) * BLOCK_M
     off_h = bh % nheads
     off_hkv = (off_h // group).to(tl.int64)
     off_b = varlen_sequence((bh // nheads).to(tl.int64), SEQ_ORDER, IS_VARLEN)

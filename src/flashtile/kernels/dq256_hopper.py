@@ -86,8 +86,9 @@ from .common import gluon_switch_on
 _CONFIGS = {256: (64, 64, 2, 240)}
 
 # Work tiles per head up to which the causal order runs in chunks of 1
-# (:func:`.fwd_hopper.causal_group`): the forward's d=256 rule until session 41 (unmeasured
-# here; the forward's chunks of 8 from 2 tiles, measured there, are not yet measured here).
+# (:func:`.fwd_hopper.causal_group`): the forward's d=256 rule until session 41, when the
+# forward took chunks of 8 from 2 tiles; here chunks of 8 measured level at causal 512
+# (session 41, H100, fwd+bwd kernel sums 570.0 / 571.4 us against 571.5 / 570.8).
 SINGLE_UPTO = 4
 
 

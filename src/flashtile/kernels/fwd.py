@@ -20,12 +20,12 @@ import triton.language as tl
 
 from . import plans
 from .common import (LN2_K, LOG2E_K, NO_SPECIALIZE, TunedLaunch, add_bias, alibi_slope_log2, alloc,
-                     band_mask, bias_args, causal_window, cdiv, diagonal_args, dot_precision,
-                     dropout_args, dropout_bases, dropout_keep, env_block, getenv, gluon_kernels,
-                     gluon_settings, graph_bench, interpreting, load_tile, mod_args,
-                     next_tile_start, padded_headdim, prune_configs, query_tile, score_args,
-                     scores_log2, seq_bounds, seq_bucket, softmax_step, sparse_args, strides,
-                     tile_ranges, tile_start, varlen_args, window_args)
+                     band_mask, bias_args, cdiv, diagonal_args, dot_precision, dropout_args,
+                     dropout_bases, dropout_keep, env_block, gluon_kernels, gluon_settings,
+                     graph_bench, interpreting, load_tile, mod_args, next_tile_start,
+                     padded_headdim, prune_configs, query_tile, score_args, scores_log2, seq_bounds,
+                     seq_bucket, softmax_step, sparse_args, strides, tile_ranges, tile_start,
+                     varlen_args, window_args)
 
 
 @triton.jit
@@ -144,10 +144,10 @@ def _fwd_kernel(Q, K, V, O, LSE, SLOPES, BIAS,
                 HAS_MASK_MOD: tl.constexpr, SPARSE: tl.constexpr, MASK_BQ: tl.constexpr,
                 MASK_BKV: tl.constexpr, FULL_BOUND: tl.constexpr, PAGED: tl.constexpr,
                 PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, SCALE_IN_EXP: tl.constexpr,
-                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr, WINDOW: tl.constexpr):
+                ONE_LOOP: tl.constexpr, EVEN_K: tl.constexpr):
     # For varlen, seqlen_q/k are the maxima until seq_bounds reads this sequence's own.
     start_m, off_b, off_h, off_hkv = query_tile(nheads, group, seqlen_q, SEQ_ORDER, BLOCK_M,
-                                                IS_VARLEN, WINDOW)
+                                                IS_VARLEN)
     q_start, k_start, seqlen_q, seqlen_k, diag_off = seq_bounds(
         CU_Q, CU_K, off_b, seqlen_q, seqlen_k, IS_VARLEN, BOTTOM_RIGHT)
     if start_m >= seqlen_q:
@@ -274,22 +274,6 @@ def scale_in_exp(params) -> bool:
             and params.attn_bias is None and params.score_mod is None)
 
 
-def window_pairs(params, n_bh: int, head_bytes: int, ragged: bool) -> int:
-    """The causal tile-level forward's grid in windows of (batch, head) pairs
-    (:func:`.common.query_tile`'s ``WINDOW``; 0: none), by ``FLASHTILE_FWD_WINDOW`` as
-    :func:`.common.causal_window` reads its variable for a grid of one program per item
-    (``auto``: a power of two of pairs whose K/V, ``head_bytes`` each, fit 24 MB). Why: a
-    head's blocks are neighbours here, so its K/V are read once, but the grid then ends on
-    the last heads' heaviest blocks; ``scripts/order_model.py`` reads d=64 causal 1k (512
-    pairs x 16 blocks, ~4 programs an SM) as 142 tile times against 134 in windows (132 for
-    every head's heaviest first, which reads 4.4x the bytes). Unmeasured on the GPU: off
-    unless asked. Dense causal calls only (``ragged``: varlen or paged, none)."""
-    if ragged or params.window_right != 0 or params.window_left >= 0:
-        return 0
-    group = causal_window(1, 1, n_bh, head_bytes, n_bh, "FLASHTILE_FWD_WINDOW")
-    return -group if group < 0 else 0
-
-
 def _fwd_configs():
     if interpreting():
         # The interpreter fails with more than one config ("0 active drivers"): pin one.
@@ -354,7 +338,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             planned["key"], planned["named"] = key, named
         # (with the Gluon forward's switch and config: whether it runs is then a function of
         # the key, and its launch is a step of the plan like any other)
-        key = (*key, gluon_settings(q.device, ("fwd_hopper",)), getenv("FLASHTILE_FWD_WINDOW"))
+        key = (*key, gluon_settings(q.device, ("fwd_hopper",)))
         inputs = {"q": q, "k": k, "v": v, **named}
         plan = _PLANS.get(key)
         if plan is not None:
@@ -396,8 +380,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params,
             HEAD_D=HEAD_D, HEAD_DV=HEAD_DV, EVEN_D=HEAD_D == head_d, EVEN_DV=HEAD_DV == head_dv,
             PAGED=paged, PAGE_SIZE=k.shape[1] if paged else 1, PRECISION=dot_precision(q.dtype),
             SCALE_IN_EXP=scale_in_exp(params), **diagonal_args(params, seqlen_k, head_d),
-            WINDOW=window_pairs(params, batch * nheads, 2 * seqlen_k * head_d * k.element_size(),
-                                varlen or paged),
         )
         plans.launch(record, _fwd_launch, grid, args, kwargs)
     if record is not None:
