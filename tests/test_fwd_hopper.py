@@ -204,11 +204,11 @@ def test_causal_order_groups(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 @pytest.mark.parametrize("d,seqlen,group", [(128, 512, 1), (128, 1024, 8), (64, 1024, 1),
-                                             (64, 2048, 8), (256, 512, 8), (256, 1024, 8),
+                                             (64, 2048, 1), (64, 4096, 8), (256, 512, 8), (256, 1024, 8),
                                              (96, 512, 1), (96, 1024, 8)])
 def test_causal_chunks_by_head_dim(monkeypatch, d, seqlen, group):
     """The forward's causal order runs in chunks of 1 up to :data:`fwd_hopper.SINGLE_UPTO`
-    work tiles per head (d=128: 4, so 512 keys; d=64: 8, so 1k; d=256: never), else 8 (two
+    work tiles per head (d=128: 4, so 512 keys; d=64: 16, so 2k; d=256: never), else 8 (two
     heads: too few for a window). Runs on the CPU: the launch is captured, not made."""
     seen = gluon_launches(monkeypatch, run=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_GROUP", raising=False)
@@ -225,7 +225,7 @@ def test_causal_group_rule_and_bad_value(monkeypatch):
     rule = fwd_hopper.SINGLE_UPTO                       # the measured rule
     assert fwd_hopper.causal_group(8, rule[128]) == 8
     assert fwd_hopper.causal_group(4, rule[128]) == 1
-    assert fwd_hopper.causal_group(8, rule[64]) == 1
+    assert fwd_hopper.causal_group(16, rule[64]) == 1
     assert fwd_hopper.causal_group(32, rule[64]) == 8
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_GROUP", "0")
     with pytest.raises(ValueError, match="positive integer"):

@@ -1271,7 +1271,11 @@ def causal_group(n_tiles: int, single_upto: int,
 # windows of :func:`causal_window` the default where chunks of 1 run (d=128 causal 512 -31%,
 # d=96 -19%), and d=256 chunks of 8 from 2 tiles (its windows of 66 heads, 33 MB, pass
 # WINDOW_BYTES; chunks of 8 took 113.6 us against 161.6 at causal 512, the same as session 40).
-SINGLE_UPTO = {64: 8, 96: 4, 128: 4, 256: 0}
+# Session 42 (H100, four rounds in two calls): d=64 causal 2k (16 tiles) in chunks of 1 within
+# windows of 33 pairs took 3-5% less than chunks of 8 (bf16 366.8-369.5 against 380.3-388.0
+# us, fp16 366.1 / 376.2 against 391.8 / 396.3); at 4k (32 tiles, windows of 33 MB forced)
+# level, and d=128 causal 2k level or slower, so those stay.
+SINGLE_UPTO = {64: 16, 96: 4, 128: 4, 256: 0}
 
 
 def early_s1(d: int, causal: bool) -> bool:
