@@ -85,6 +85,10 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - snake order: without it the persistent causal forward lost 2-8% at 8k/16k (session 12);
 - causal chunks of 8: +1% to +12% at d=128; of 1 up to :data:`SINGLE_UPTO` (sessions 13, 15);
   on the H100 at 512 keys chunks of 8 -23% (d=128) and -31% (d=256) time (session 40);
+  chunks of 1 in windows (:func:`.common.causal_window`): d=128 causal 512 -31% (session 41),
+  d=64 causal 2k -4% to -7% against chunks of 8, level at 4k (H100, session 42);
+- d=64 causal here with the windows, against :mod:`.fwd` (H100, session 42): time 1.14-1.30x
+  at 512, 1.02-1.08x at 1k (without windows 1.30x / 1.19x), so :data:`CAUSAL_AHEAD_FROM` stays;
 - 128 keys x 2 slots at d=128: +8% to +21% unmasked, +1% to +7.5% causal; at d=64 the same
   change -4.5% to +1% (session 14);
 - :data:`_NARROW` at d=128 causal: time 0.89-1.00x up to 1k, 1.05-1.09x at 2k-16k (session 18);
@@ -180,7 +184,9 @@ AHEAD = frozenset({(64, False), (64, True), (96, False), (96, True), (128, False
 # Key lengths from which a causal case of AHEAD runs here, by head dim (others: any). d=64
 # causal, kernel time against the tile-level forward's (session 26, H200, bf16, profiler sums,
 # both with the scale in the exponent): 1.09x at 512, 1.03x at 1k, then 0.97x / 0.94x / 0.97x
-# / 0.98x at 2k / 4k / 8k / 16k.
+# / 0.98x at 2k / 4k / 8k / 16k. With the causal windows (session 42, H100, two rounds):
+# 1.14-1.30x at 512, 1.02-1.08x at 1k; the one in chunks of 1 within windows at 2k 0.94-0.96x
+# the chunks of 8 that ran there.
 CAUSAL_AHEAD_FROM = {64: 2048}
 
 
