@@ -295,6 +295,21 @@ def test_causal_window_launch(monkeypatch):
     assert metas[3] == metas[0], metas                              # the default: auto
 
 
+@pytest.mark.parametrize("seqlen,meta", [(2048, (-33, "gluon 128x128/4s window 33")),
+                                         (4096, (8, "gluon 128x128/4s"))])
+def test_d64_causal_windows_by_default_up_to_2k(monkeypatch, seqlen, meta):
+    """d=64's causal forward runs chunks of 1 within windows by default up to 16 tiles a head
+    (2k keys: 96 pairs, windows of 33 x 512 KB of K/V on 132 programs; session 42, -4% to -7%
+    against chunks of 8), and chunks of 8 at 4k. Runs on the CPU: the launch is captured."""
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    for variable in ("FLASHTILE_GLUON_FWD_GROUP", "FLASHTILE_GLUON_FWD_WINDOW"):
+        monkeypatch.delenv(variable, raising=False)
+    q, k, v = (torch.randn(2, seqlen, 48, 64, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(2, 48, seqlen))
+    assert [(launch[5]["GROUP"], launch[8]) for launch in seen] == [meta]
+
+
 @pytest.mark.parametrize("d,causal,early", [(64, False, True), (64, True, True),
                                              (128, False, False), (128, True, True),
                                              (256, False, False), (256, True, False),
