@@ -553,6 +553,36 @@ def test_rowsum_mma(gluon_calls, monkeypatch, shape, causal, dtype, config):
                  "FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1", "ROWSUM")
 
 
+@gluon_cases_over([(4, 1024, 16, 4, 64), (1, 640, 2, 2, 64), (2, 384, 4, 2, 128)])
+@pytest.mark.parametrize("every", ["2", "8"])
+def test_exp_emu(gluon_calls, monkeypatch, shape, causal, dtype, every):
+    """One in 2 or 8 of P's exp2 by the cubic on the FMA pipes (``FLASHTILE_GLUON_FWD_EXP_EMU``,
+    with the row sums by the tensor cores): its relative error (1.1e-4) is under half an ulp
+    of P in fp16 and bf16, so outputs and gradients stay within budget against float64
+    (NaN-poisoned outputs), causal rows' -inf scores included (clamped at 2^-125, no NaN)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", every)
+    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, None,
+                 "FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1", "ROWSUM")
+
+
+def test_exp_emu_rule(monkeypatch):
+    """:func:`fwd_hopper.exp_emu`: 2, 4 or 8 where the row sums run on the tensor cores (d=64
+    and d=128 with ``FLASHTILE_GLUON_FWD_ROWSUM_MMA=1``), else 0; other values are refused."""
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_EXP_EMU", raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1")
+    assert fwd_hopper.exp_emu(64) == 0
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", "8")
+    assert fwd_hopper.exp_emu(64) == 8 and fwd_hopper.exp_emu(128) == 8
+    assert fwd_hopper.exp_emu(96) == 0 and fwd_hopper.exp_emu(256) == 0
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_ROWSUM_MMA", "0")
+    assert fwd_hopper.exp_emu(64) == 0
+    for bad in ("3", "16", "x"):
+        monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", bad)
+        with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_EXP_EMU must be 0, 2, 4 or 8"):
+            fwd_hopper.exp_emu(64)
+
+
 @pytest.mark.parametrize("d,p_regs,applies", [(64, None, True), (128, None, True),
                                               (96, None, False), (256, None, False),
                                               (64, "0", False), (128, "0", False)])

@@ -132,7 +132,10 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
 - ``ROWSUM`` (session 42, offline, sm_90a): the d=64 tile loop 429 -> 367 instructions a tile
   unmasked (FADD 68 -> 2, the 32 PRMT gone, 8 HGMMA of N = 8 more), 618 -> 554 causal (two
   tiles a trip there); d=128 unmasked 469 -> 414-429; none serialised; 16-40 B of item-level
-  spills (none in the tile loops). Not yet run on a GPU.
+  spills (none in the tile loops). With ``EXP_EMU`` 1 in 8 (:func:`exp_emu`) d=64 unmasked
+  424 a tile, MUFU.EX2 66 -> 58: per pair of tiles issue 72% -> 78% and MUFU 103% -> 85% of
+  the tensor time (which the N = 8 products raise by 6.25%). Neither yet run on a GPU; the
+  default build is unchanged (its SASS identical at d=64/96/128/256, both masks).
 
 Details, commands and raw data: docs/perf.md.
 """
@@ -399,7 +402,8 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
-                  CAUSAL: gl.constexpr, ROW_SUM: gl.constexpr = True):
+                  CAUSAL: gl.constexpr, ROW_SUM: gl.constexpr = True,
+                  EXP_EMU: gl.constexpr = 0):
     """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32, unscaled: masked; P =
     exp2(s * qk_scale - m) (fp32, the layout of ``s``), the new row max m (log2 domain), the
     discount ``alpha`` of the earlier tiles and the new row sum (``(rows,)`` each). The scale
@@ -410,14 +414,18 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
     ``p_buf``, the shared-memory A operand of its P V, unless ``p_buf`` is None
     (:func:`_rs_softmax`: P in registers; in session 9's schedule that made ptxas serialise
     every wgmma, C7512). ``ROW_SUM`` False: ``l_i`` is returned as given (``ROWSUM``: the
-    tensor cores sum P's rows, :func:`_rs_softmax`)."""
+    tensor cores sum P's rows, :func:`_rs_softmax`). ``EXP_EMU``: one in that many of P's
+    exp2 by a polynomial on the FMA pipes (:func:`_exp2_emu`)."""
     if CAUSAL:
         if j >= n_unmasked:
             cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
             s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s * qk_scale - m_new[:, None])
+    if EXP_EMU > 0:
+        p = _exp2_emu(s * qk_scale - m_new[:, None], EXP_EMU)
+    else:
+        p = gl.exp2(s * qk_scale - m_new[:, None])
     if ROW_SUM:
         l_i = l_i * alpha + gl.sum(p, axis=1)
     if p_buf is not None:
@@ -426,12 +434,54 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
     return p, m_new, alpha, l_i
 
 
+# 2^f on [-1/2, 1/2] as c0 + f (c1 + f (c2 + f c3)), fp32 bit patterns (a relative-error
+# minimax fit, max 1.1e-4: under half an ulp of P in fp16, 2.4e-4, and bf16, 2e-3; session 25)
+_EXP2_POLY = ("3F7FFC2F", "3F31794B", "3E783B36", "3D61A857")
+
+
+@constexpr_function
+def _exp2_asm(every):
+    """PTX for exp2 of ``every`` of a thread's fp32 elements (inputs ``$every`` on, outputs
+    ``$0`` on; each x <= 0 or -inf): the first on the FMA and integer pipes, 2^x = 2^n 2^f
+    with n = round(x) (adding and subtracting 1.5 * 2^23 rounds it; x clamped at -125 so that
+    2^n stays a normal number: -inf gives 2.4e-38, not 0, which no fp32 sum notices), f =
+    x - n, 2^f by :data:`_EXP2_POLY` and n added to its exponent bits; the rest by the
+    MUFU's ``ex2.approx.ftz``, as ``gl.exp2``."""
+    c0, c1, c2, c3 = (f"0f{c}" for c in _EXP2_POLY)
+    lines = ["{", ".reg .f32 xc, t, n, f, p;", ".reg .b32 pb, e;",
+             f"max.ftz.f32 xc, ${every}, 0fC2FA0000;",
+             "add.rn.f32 t, xc, 0f4B400000;", "sub.rn.f32 n, t, 0f4B400000;",
+             "sub.rn.f32 f, xc, n;", f"fma.rn.f32 p, f, {c3}, {c2};",
+             f"fma.rn.f32 p, p, f, {c1};", f"fma.rn.f32 p, p, f, {c0};",
+             "mov.b32 pb, p;", "shl.b32 e, t, 23;", "add.s32 pb, pb, e;", "mov.b32 $0, pb;"]
+    lines += [f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(1, every)]
+    return "\n".join(lines + ["}"])
+
+
+@constexpr_function
+def _exp2_constraints(every):
+    """The asm constraints of :func:`_exp2_asm`: ``every`` fp32 outputs, then as many inputs."""
+    return ",".join(["=f"] * every + ["f"] * every)
+
+
+@gluon.jit
+def _exp2_emu(x, EVERY: gl.constexpr):
+    """exp2 of ``x`` (fp32, every element <= 0 or -inf), one in ``EVERY`` of a thread's
+    elements by a polynomial (:func:`_exp2_asm`), the rest as ``gl.exp2``. At d=64 the MUFU's 16
+    ex2 a clock per SM take as long as a tile's products at the tensor cores' peak (a score
+    costs 128 MACs and one ex2; an SM does ~2048 MACs a clock); FlashAttention-4 moves a share
+    to the FMA pipes. Session 26 measured it alone -0.3% to +6% at d=64 (the issue slots then
+    bound: 453 -> 510 instructions a tile at 1 in 8); with ``ROWSUM`` the slots are freed."""
+    return gl.inline_asm_elementwise(_exp2_asm(EVERY), _exp2_constraints(EVERY), [x],
+                                     dtype=gl.float32, is_pure=True, pack=EVERY)
+
+
 @gluon.jit
 def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_zero, acc, m_i,
               l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
               p_layout: gl.constexpr, PAIRS: gl.constexpr, rs_zero=None,
-              ROWSUM: gl.constexpr = False):
+              ROWSUM: gl.constexpr = False, EXP_EMU: gl.constexpr = 0):
     """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
     (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on). ``PAIRS``:
     two tiles a trip and an odd count's last one after: P_j and P_{j+1} then alternate
@@ -447,7 +497,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
                 p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + u + 1,
                                                n_unmasked, qk_scale, v_empty, it + jj + u,
                                                anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout,
-                                               p_layout, None, None, rs_zero, ROWSUM)
+                                               p_layout, None, None, rs_zero, ROWSUM, EXP_EMU)
         if n_tiles % 2 == 1 and n_tiles > 2:
             j = n_tiles - 3
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
@@ -455,7 +505,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, ROWSUM)
+                                           rs_zero, ROWSUM, EXP_EMU)
     else:
         for j in range(n_tiles - 2):
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
@@ -463,7 +513,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, ROWSUM)
+                                           rs_zero, ROWSUM, EXP_EMU)
     return p, acc, m_i, l_i
 
 
@@ -562,7 +612,8 @@ def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero
 def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
                 NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, acc2=None,
-                o2_layout: gl.constexpr = None, rs_zero=None, ROWSUM: gl.constexpr = False):
+                o2_layout: gl.constexpr = None, rs_zero=None, ROWSUM: gl.constexpr = False,
+                EXP_EMU: gl.constexpr = 0):
     """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
     ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
     wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
@@ -585,7 +636,7 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
     become 8 narrow wgmma (N = 8) and 4 FFMA. The wait then also waits for R_j."""
     if ROWSUM:
         p, m_new, alpha, _l = _softmax_tile(s, m_i, m_i, rows, j, n_unmasked, qk_scale, None,
-                                            BLOCK_N, CAUSAL, False)
+                                            BLOCK_N, CAUSAL, False, EXP_EMU)
         p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
         r_j = warpgroup_mma(p_next, anchor, rs_zero, use_acc=False, is_async=True)
         acc, p_op, p_next, r_j = warpgroup_mma_wait(0, deps=(acc, p_op, p_next, r_j))
@@ -730,7 +781,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
              k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-             NEXT_S0: gl.constexpr, ROWSUM: gl.constexpr):
+             NEXT_S0: gl.constexpr, ROWSUM: gl.constexpr, EXP_EMU: gl.constexpr):
     """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
     (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
     :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
@@ -738,14 +789,15 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROWSUM)
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROWSUM, EXP_EMU)
     else:
         _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
                          k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                          stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
                          n_mtiles, n_work, qk_scale, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                          NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q_desc2,
-                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, ROWSUM)
+                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, ROWSUM,
+                         EXP_EMU)
 
 
 @gluon.jit
@@ -756,7 +808,8 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
                      O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                      q_desc2, o_desc2, q_smem2, o_smem2, k_smem2, v_smem2,
-                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr, ROWSUM: gl.constexpr = False):
+                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr, ROWSUM: gl.constexpr = False,
+                     EXP_EMU: gl.constexpr = 0):
     """A consumer whose items each start with S_0 (:func:`_consume`): for each of this program's
     work items, half ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from
     ``n_unmasked`` on get the causal mask), read from the ring in the loader's order. Writes
@@ -851,7 +904,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                                              k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
                                              n_tiles, n_unmasked, qk_scale, it, anchor,
                                              NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout,
-                                             True, rs_zero, ROWSUM)
+                                             True, rs_zero, ROWSUM, EXP_EMU)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
@@ -875,7 +928,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                                                    n_unmasked, qk_scale, v_empty, it + j,
                                                    anchor, NUM_STAGES, BLOCK_N, CAUSAL,
                                                    o_layout, p_layout, None, None, rs_zero,
-                                                   ROWSUM)
+                                                   ROWSUM, EXP_EMU)
             j = n_tiles - 1
             acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
             if HEAD_D2 > 0:
@@ -974,7 +1027,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
                    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   ROWSUM: gl.constexpr = False):
+                   ROWSUM: gl.constexpr = False, EXP_EMU: gl.constexpr = 0):
     """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -1050,7 +1103,8 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                      v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
                                      qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                     o_layout, p_layout, ROWSUM and HEAD_D == 64, rs_zero, ROWSUM)
+                                     o_layout, p_layout, ROWSUM and HEAD_D == 64, rs_zero,
+                                     ROWSUM, EXP_EMU)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
@@ -1062,7 +1116,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, ROWSUM)
+                                           rs_zero, ROWSUM, EXP_EMU)
         j = n_tiles - 1
         acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
@@ -1094,7 +1148,8 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, ROWSUM: gl.constexpr = False):
+                       NEXT_S0: gl.constexpr = False, ROWSUM: gl.constexpr = False,
+                       EXP_EMU: gl.constexpr = 0):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
@@ -1167,13 +1222,13 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, ROWSUM)),
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, ROWSUM, EXP_EMU)),
         (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
                     q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, ROWSUM)),
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, ROWSUM, EXP_EMU)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
@@ -1448,13 +1503,25 @@ def rowsum_mma(d: int) -> bool:
     ``FLASHTILE_GLUON_FWD_ROWSUM_MMA=1`` asks for it (opt-in: not yet measured on a GPU), and
     it applies with P in registers and a whole head dim (d=64/128). Why: at d=64 a tile's
     issue slots run at 88% of its tensor time and its MUFU at 103% (offline, session 25);
-    the row sums are 64 of a thread's ~450 instructions a tile, and as a P 1 product with
-    N = 8 they cost the tensor cores ~3% more work (a P V product is N = 64). With the
-    issue slots freed, a share of the exp2 on the FMA pipes (FlashAttention-4's device,
-    ``docs/experiments/fwd-exp-emu-s25.patch``) could then relieve the MUFU. ``0``, unset
-    or ``auto``: off."""
+    the row sums are 64 of a thread's ~430 instructions a tile, and as a P 1 product with
+    N = 8 they add 8 / 128 = 6.25% to a tile's MACs at d=64 (3.1% at d=128). So it trades
+    issue slots for tensor time, which at the kernel's ~62% of peak (latency-bound) may pay
+    or not: measure. The freed slots can pay for a share of the exp2 on the FMA pipes
+    (:func:`exp_emu`), which relieves the MUFU. ``0``, unset or ``auto``: off."""
     return bool(env_forced("FLASHTILE_GLUON_FWD_ROWSUM_MMA")) and p_in_registers(d) \
         and head_parts(d)[1] == 0
+
+
+def exp_emu(d: int) -> int:
+    """One in how many of P's exp2 run on the FMA pipes (the kernel's ``EXP_EMU``,
+    :func:`_exp2_emu`): ``FLASHTILE_GLUON_FWD_EXP_EMU`` = 2, 4 or 8 where the tensor cores sum P's
+    rows (:func:`rowsum_mma`, whose freed issue slots pay for the polynomial), else 0 (unset,
+    ``0``, or without ``ROWSUM``). Opt-in: alone it measured -0.3% to +6% at d=64 (session
+    26); with ``ROWSUM``, offline, not yet run on a GPU."""
+    value = getenv("FLASHTILE_GLUON_FWD_EXP_EMU", "0") or "0"
+    if value not in ("0", "2", "4", "8"):
+        raise ValueError(f"FLASHTILE_GLUON_FWD_EXP_EMU must be 0, 2, 4 or 8, got {value!r}")
+    return int(value) if rowsum_mma(d) else 0
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -1492,6 +1559,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
              NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params)),
-             ROWSUM=rowsum_mma(d)),
+             ROWSUM=rowsum_mma(d), EXP_EMU=exp_emu(d)),
         part_descriptor, "fwd",
         f"gluon {2 * block_m}x{block_n}/{stages}s" + (f" window {-group}" if group < 0 else ""))
