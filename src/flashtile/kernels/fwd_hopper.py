@@ -644,23 +644,21 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
         rs_rows: gl.constexpr = gl.SliceLayout(1, rs_zero.type.layout)
         l_i = l_i * gl.convert_layout(alpha, rs_rows)[:, None] + r_j
         return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
-    elif acc2 is None:
-        p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
-                                             BLOCK_N, CAUSAL)
-        anchor.store(l_i)
-        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-        mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
-        return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
     else:
         p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
                                              BLOCK_N, CAUSAL)
         anchor.store(l_i)
-        acc, acc2, p_op = warpgroup_mma_wait(0, deps=(acc, acc2, p_op))
-        mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
-        return (p_next, _rescaled(acc, alpha, o_layout), m_new, l_i,
-                _rescaled(acc2, alpha, o2_layout))
+        if acc2 is None:
+            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
+            mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
+            p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
+            return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
+        else:
+            acc, acc2, p_op = warpgroup_mma_wait(0, deps=(acc, acc2, p_op))
+            mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
+            p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
+            return (p_next, _rescaled(acc, alpha, o_layout), m_new, l_i,
+                    _rescaled(acc2, alpha, o2_layout))
 
 
 @gluon.jit
