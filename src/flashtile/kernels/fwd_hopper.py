@@ -26,6 +26,7 @@ Notation:
   the previous item's epilogue; ``O_IN_P``, ``O_IN_Q`` (:func:`o_in_p`, :func:`o_in_q`): O leaves
   through the consumer's second P buffer or its Q tile (neither: O tiles of its own);
   ``ROWSUM`` (:func:`rowsum_mma`, opt-in): P's row sums by wgmma, P 1 against a tile of ones;
+  ``EXP_EMU`` (:func:`exp_emu`, opt-in, with ROWSUM): one in that many of P's exp2 by a cubic;
 - the *loader* (one warp, 24 registers, :func:`_load_works`) streams K/V tiles by TMA into the
   *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
   and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
