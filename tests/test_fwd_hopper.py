@@ -462,11 +462,11 @@ def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dty
 
 
 def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variable, value,
-                 meta_key):
+                 meta_key, expect=None):
     """One checked call of the Gluon forward (``test_kernels.check``: outputs NaN-poisoned
     before the launch, gradients) with its config (``FLASHTILE_GLUON_FWD_CONFIG``; None: the
     default) and a schedule switch ``variable`` set to ``value``; the launch's ``meta_key``
-    must follow the switch."""
+    must follow the switch, and its other constexprs match ``expect`` (a dict) where given."""
     monkeypatch.setenv(variable, value)
     if config:
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
@@ -477,6 +477,8 @@ def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variabl
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
     assert [meta[meta_key] for role, _, meta in launches if role == "fwd"] == [value == "1"]
+    for key, wanted in (expect or {}).items():
+        assert [meta[key] for role, _, meta in launches if role == "fwd"] == [wanted], key
 
 
 def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_regs):
@@ -549,8 +551,9 @@ def test_rowsum_mma(gluon_calls, monkeypatch, shape, causal, dtype, config):
     items of one or two tiles (256 keys), 5 tiles (640: the odd remainder), 3 (384), and
     64-key tiles. Outputs (NaN-poisoned before the launch) and gradients from its LSE within
     budget against float64, and the launch given ROWSUM."""
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_EXP_EMU", raising=False)
     _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config,
-                 "FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1", "ROWSUM")
+                 "FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1", "ROWSUM", {"EXP_EMU": 0})
 
 
 @gluon_cases_over([(4, 1024, 16, 4, 64), (1, 640, 2, 2, 64), (2, 384, 4, 2, 128)])
@@ -562,7 +565,7 @@ def test_exp_emu(gluon_calls, monkeypatch, shape, causal, dtype, every):
     (NaN-poisoned outputs), causal rows' -inf scores included (clamped at 2^-125, no NaN)."""
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_EXP_EMU", every)
     _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, None,
-                 "FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1", "ROWSUM")
+                 "FLASHTILE_GLUON_FWD_ROWSUM_MMA", "1", "ROWSUM", {"EXP_EMU": int(every)})
 
 
 def test_exp_emu_rule(monkeypatch):

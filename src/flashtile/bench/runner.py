@@ -44,7 +44,7 @@ class Measurement:
 
     ``status``: ``ok`` (checked and timed), ``checked`` (``--check-only``), ``WRONG``, ``n/a``
     or ``error``. The ratios compare TFLOP/s at the same point (> 1: this provider is faster).
-    ``kernel_ms`` (``--kernel-times``): the GPU's time alone (:func:`.timing.kernel_ms`), and
+    ``kernel_ms`` (``--kernel-times``): the GPU's time alone (:func:`.timing.kernel_times`), and
     ``vs_cudnn_kernels`` the same ratio as ``vs_cudnn`` from those times. ``ms`` and
     ``kernel_ms`` are the medians of the rounds' times, kept in ``ms_rounds`` and
     ``kernel_ms_rounds`` (one each with ``rounds`` = 1); ``kernel_split_rounds``: each round's

@@ -11,7 +11,7 @@ includes accumulating into an old ``.grad``.
 On a GPU the time is the median of ``triton.testing.do_bench`` (which also flushes the L2 cache
 between calls); on CPU the median of ``time.perf_counter`` over repeats.
 
-:func:`kernel_ms` (``flashtile bench --kernel-times``) is the GPU's share of a call alone: its
+:func:`kernel_times` (``flashtile bench --kernel-times``) is the GPU's share of a call alone: its
 kernels' summed device times, without the host's launch path.
 
 :func:`cold_clean_ms` is for memory-bound calls of a few tens of microseconds (decoding):
@@ -151,22 +151,16 @@ def _cpu_median_ms(call: TimedCall, warmup_ms: float, rep_ms: float,
     return statistics.median(times) * 1e3
 
 
-def kernel_ms(call: TimedCall, device: torch.device, reps: int = 5) -> float | None:
-    """GPU time of one call in milliseconds: the sum of its kernels', copies' and memsets'
-    device times (torch profiler, mean of ``reps`` calls). The host's launch path and the gaps
-    it leaves are not in it, so where a call is bound by the host (short sequences: the
-    H200's host spends 0.3-0.6 ms per flashtile forward+backward, docs/perf.md session 16)
-    this reads the kernels apart from :func:`median_ms`. None off CUDA."""
-    times = kernel_times(call, device, reps)
-    return None if times is None else times[0]
-
-
 def kernel_times(call: TimedCall, device: torch.device,
                  reps: int = 5) -> tuple[float, dict[str, float]] | None:
-    """:func:`kernel_ms` and its parts from the same profile: ``(total ms, {kernel name: ms})``
-    per call, so that a round that reads slow names the kernel that was (session 41: a d=64
-    forward+backward's kernel sums at 16k came in at 17.0 or 19.0 ms by round). None off
-    CUDA."""
+    """GPU time of one call in milliseconds and its parts from the same profile: ``(total ms,
+    {kernel name: ms})``, the sum of its kernels', copies' and memsets' device times (torch
+    profiler, mean of ``reps`` calls). The host's launch path and the gaps it leaves are not
+    in it, so where a call is bound by the host (short sequences: the H200's host spends
+    0.3-0.6 ms per flashtile forward+backward, docs/perf.md session 16) this reads the kernels
+    apart from :func:`median_ms`; by name, a round that reads slow names the kernel that was
+    (session 42: in a d=64 forward+backward's slow rounds at 16k every kernel moved, cuDNN's
+    too). None off CUDA."""
     if device.type != "cuda":
         return None
     from torch.profiler import ProfilerActivity, profile
@@ -185,19 +179,14 @@ def kernel_times(call: TimedCall, device: torch.device,
     return sum(by_name.values()), by_name
 
 
-def device_us(averages) -> float:
-    """Total device microseconds of a profile's averaged events (``key_averages()``): every
-    event that ran on the GPU."""
-    return sum(device_us_by_name(averages).values())
-
-
 # Longer kernel names (cuDNN's generated ones run past 150 characters) are cut to this many
 KERNEL_NAME_CHARS = 80
 
 
 def device_us_by_name(averages) -> dict[str, float]:
-    """:func:`device_us` by event name (cut to :data:`KERNEL_NAME_CHARS`; events whose cut
-    names meet are added together), largest first."""
+    """Device microseconds of a profile's averaged events (``key_averages()``) that ran on
+    the GPU, by event name (cut to :data:`KERNEL_NAME_CHARS`; events whose cut names meet
+    are added together), largest first."""
     by_name: dict[str, float] = {}
     for ev in averages:
         if ev.device_type == torch.autograd.DeviceType.CUDA and ev.device_time_total > 0:

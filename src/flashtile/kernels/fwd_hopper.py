@@ -482,14 +482,14 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
               l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
               p_layout: gl.constexpr, PAIRS: gl.constexpr, rs_zero=None,
-              ROWSUM: gl.constexpr = False, EXP_EMU: gl.constexpr = 0):
+              EXP_EMU: gl.constexpr = 0):
     """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
     (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on). ``PAIRS``:
     two tiles a trip and an odd count's last one after: P_j and P_{j+1} then alternate
     register sets, so half of the moves of P into the A operand's registers go (offline at
     d=64: 429 instructions a tile against 453 one tile a trip), for 32 more registers of P.
-    Returns (P, O, row max, row sum); ``ROWSUM``: the row sums ``(rows, 8)`` by the tensor
-    cores (:func:`_rs_softmax`)."""
+    Returns (P, O, row max, row sum); with ``rs_zero`` (``ROWSUM``) the row sums ``(rows, 8)``
+    by the tensor cores (:func:`_rs_softmax`)."""
     if PAIRS:
         for jj in range(0, n_tiles - 3, 2):
             for u in gl.static_range(2):
@@ -498,7 +498,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
                 p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + u + 1,
                                                n_unmasked, qk_scale, v_empty, it + jj + u,
                                                anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout,
-                                               p_layout, None, None, rs_zero, ROWSUM, EXP_EMU)
+                                               p_layout, None, None, rs_zero, EXP_EMU)
         if n_tiles % 2 == 1 and n_tiles > 2:
             j = n_tiles - 3
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
@@ -506,7 +506,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, ROWSUM, EXP_EMU)
+                                           rs_zero, EXP_EMU)
     else:
         for j in range(n_tiles - 2):
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
@@ -514,7 +514,7 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, ROWSUM, EXP_EMU)
+                                           rs_zero, EXP_EMU)
     return p, acc, m_i, l_i
 
 
@@ -613,8 +613,7 @@ def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero
 def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
                 NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, acc2=None,
-                o2_layout: gl.constexpr = None, rs_zero=None, ROWSUM: gl.constexpr = False,
-                EXP_EMU: gl.constexpr = 0):
+                o2_layout: gl.constexpr = None, rs_zero=None, EXP_EMU: gl.constexpr = 0):
     """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
     ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
     wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
@@ -629,15 +628,16 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
     the exp2 and conversions then followed the wait whatever the order written here. A
     store is kept before the wait, and it needs every exp2 of the row sums.
 
-    ``ROWSUM`` (a whole head dim, :func:`rowsum_mma`): the tensor cores sum P's rows. P_j
-    becomes wgmma's A operand before the wait and R_j = P_j 1 is issued (``anchor`` is then
-    the ``(BLOCK_N, 8)`` tile of ones, ``rs_zero`` R's zero input, ``l_i`` ``(rows, 8)`` in
-    R's layout, every column the row sum): that issue needs every exp2 and stays before the
-    wait, as the anchor's store does, and a d=64 thread's 64 FADD of row sums per tile
-    become 8 narrow wgmma (N = 8) and 4 FFMA. The wait then also waits for R_j."""
-    if ROWSUM:
-        p, m_new, alpha, _l = _softmax_tile(s, m_i, m_i, rows, j, n_unmasked, qk_scale, None,
-                                            BLOCK_N, CAUSAL, False, EXP_EMU)
+    ``rs_zero`` given (``ROWSUM``, a whole head dim, :func:`rowsum_mma`): the tensor cores
+    sum P's rows. P_j becomes wgmma's A operand before the wait and R_j = P_j 1 is issued
+    (``anchor`` is then the ``(BLOCK_N, 8)`` tile of ones, ``rs_zero`` R's zero input,
+    ``l_i`` ``(rows, 8)`` in R's layout, every column the row sum): that issue needs every
+    exp2 and stays before the wait, as the anchor's store does, and a d=64 thread's 64 FADD
+    of row sums per tile become 8 narrow wgmma (N = 8) and 4 FFMA. The wait then also waits
+    for R_j."""
+    if rs_zero is not None:
+        p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
+                                             BLOCK_N, CAUSAL, False, EXP_EMU)
         p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
         r_j = warpgroup_mma(p_next, anchor, rs_zero, use_acc=False, is_async=True)
         acc, p_op, p_next, r_j = warpgroup_mma_wait(0, deps=(acc, p_op, p_next, r_j))
@@ -903,7 +903,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                                              k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
                                              n_tiles, n_unmasked, qk_scale, it, anchor,
                                              NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout,
-                                             True, rs_zero, ROWSUM, EXP_EMU)
+                                             True, rs_zero, EXP_EMU)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
@@ -927,7 +927,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                                                    n_unmasked, qk_scale, v_empty, it + j,
                                                    anchor, NUM_STAGES, BLOCK_N, CAUSAL,
                                                    o_layout, p_layout, None, None, rs_zero,
-                                                   ROWSUM, EXP_EMU)
+                                                   EXP_EMU)
             j = n_tiles - 1
             acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
             if HEAD_D2 > 0:
@@ -1096,14 +1096,15 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                                            None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
         # (one tile a trip: with two, the second P's registers made ptxas spill 140 B at
-        # d=128 beside the previous item's O, offline)
+        # d=128 beside the previous item's O, offline; two with ROWSUM at d=64, where they
+        # take the moves of P into the A operand's registers away: 595 -> 554 a tile)
         if ROWSUM:                      # (rows, 8) row sums until the item's end
             l_i = _rowsum_start(l_i, rs_zero)
         p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                      v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
                                      qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
                                      o_layout, p_layout, ROWSUM and HEAD_D == 64, rs_zero,
-                                     ROWSUM, EXP_EMU)
+                                     EXP_EMU)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
@@ -1115,7 +1116,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, ROWSUM, EXP_EMU)
+                                           rs_zero, EXP_EMU)
         j = n_tiles - 1
         acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
