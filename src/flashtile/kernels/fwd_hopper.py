@@ -25,8 +25,6 @@ Notation:
   S_1 before an item's first softmax, P buffers only; ``NEXT_S0`` (:func:`next_s0`): S_0 before
   the previous item's epilogue; ``O_IN_P``, ``O_IN_Q`` (:func:`o_in_p`, :func:`o_in_q`): O leaves
   through the consumer's second P buffer or its Q tile (neither: O tiles of its own);
-  ``ROWSUM`` (:func:`rowsum_mma`, opt-in): P's row sums by wgmma, P 1 against a tile of ones;
-  ``EXP_EMU`` (:func:`exp_emu`, opt-in, with ROWSUM): one in that many of P's exp2 by a cubic;
 - the *loader* (one warp, 24 registers, :func:`_load_works`) streams K/V tiles by TMA into the
   *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
   and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
@@ -129,14 +127,7 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
   (not taken); at d=96 -1.4% to +3.5%, and 64-key tiles x 4 or 6 slots +10% to +17% except
   causal 1k (session 29);
 - setmaxnreg 168-248, 16- to 128-key tiles, issue orders, no O rescale: no cure for session 9's
-  serialisation (offline);
-- ``ROWSUM`` (session 42, offline, sm_90a): the d=64 tile loop 429 -> 367 instructions a tile
-  unmasked (FADD 68 -> 2, the 32 PRMT gone, 8 HGMMA of N = 8 more), 618 -> 554 causal (two
-  tiles a trip there); d=128 unmasked 469 -> 414-429; none serialised; 16-40 B of item-level
-  spills (none in the tile loops). With ``EXP_EMU`` 1 in 8 (:func:`exp_emu`) d=64 unmasked
-  424 a tile, MUFU.EX2 66 -> 58: per pair of tiles issue 72% -> 78% and MUFU 103% -> 85% of
-  the tensor time (which the N = 8 products raise by 6.25%). Neither yet run on a GPU; the
-  default build is unchanged (its SASS identical at d=64/96/128/256, both masks).
+  serialisation (offline).
 
 Details, commands and raw data: docs/perf.md.
 """
@@ -403,8 +394,7 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl.constexpr,
-                  CAUSAL: gl.constexpr, ROW_SUM: gl.constexpr = True,
-                  EXP_EMU: gl.constexpr = 0):
+                  CAUSAL: gl.constexpr):
     """Tile j's complete scores ``s`` ``(rows, BLOCK_N)`` fp32, unscaled: masked; P =
     exp2(s * qk_scale - m) (fp32, the layout of ``s``), the new row max m (log2 domain), the
     discount ``alpha`` of the earlier tiles and the new row sum (``(rows,)`` each). The scale
@@ -414,82 +404,32 @@ def _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, p_buf, BLOCK_N: gl
     the tensor cores' time for the tile (offline SASS, session 25). P is stored (fenced) to
     ``p_buf``, the shared-memory A operand of its P V, unless ``p_buf`` is None
     (:func:`_rs_softmax`: P in registers; in session 9's schedule that made ptxas serialise
-    every wgmma, C7512). ``ROW_SUM`` False: ``l_i`` is returned as given (``ROWSUM``: the
-    tensor cores sum P's rows, :func:`_rs_softmax`). ``EXP_EMU``: one in that many of P's
-    exp2 by a polynomial on the FMA pipes (:func:`_exp2_emu`)."""
+    every wgmma, C7512)."""
     if CAUSAL:
         if j >= n_unmasked:
             cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
             s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
-    if EXP_EMU > 0:
-        p = _exp2_emu(s * qk_scale - m_new[:, None], EXP_EMU)
-    else:
-        p = gl.exp2(s * qk_scale - m_new[:, None])
-    if ROW_SUM:
-        l_i = l_i * alpha + gl.sum(p, axis=1)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, axis=1)
     if p_buf is not None:
         p_buf.store(p.to(p_buf.dtype))
         fence_async_shared()
     return p, m_new, alpha, l_i
 
 
-# 2^f on [-1/2, 1/2] as c0 + f (c1 + f (c2 + f c3)), fp32 bit patterns (a relative-error
-# minimax fit, max 1.1e-4: under half an ulp of P in fp16, 2.4e-4, and bf16, 2e-3; session 25)
-_EXP2_POLY = ("3F7FFC2F", "3F31794B", "3E783B36", "3D61A857")
-
-
-@constexpr_function
-def _exp2_asm(every):
-    """PTX for exp2 of ``every`` of a thread's fp32 elements (inputs ``$every`` on, outputs
-    ``$0`` on; each x <= 0 or -inf): the first on the FMA and integer pipes, 2^x = 2^n 2^f
-    with n = round(x) (adding and subtracting 1.5 * 2^23 rounds it; x clamped at -125 so that
-    2^n stays a normal number: -inf gives 2.4e-38, not 0, which no fp32 sum notices), f =
-    x - n, 2^f by :data:`_EXP2_POLY` and n added to its exponent bits; the rest by the
-    MUFU's ``ex2.approx.ftz``, as ``gl.exp2``."""
-    c0, c1, c2, c3 = (f"0f{c}" for c in _EXP2_POLY)
-    lines = ["{", ".reg .f32 xc, t, n, f, p;", ".reg .b32 pb, e;",
-             f"max.ftz.f32 xc, ${every}, 0fC2FA0000;",
-             "add.rn.f32 t, xc, 0f4B400000;", "sub.rn.f32 n, t, 0f4B400000;",
-             "sub.rn.f32 f, xc, n;", f"fma.rn.f32 p, f, {c3}, {c2};",
-             f"fma.rn.f32 p, p, f, {c1};", f"fma.rn.f32 p, p, f, {c0};",
-             "mov.b32 pb, p;", "shl.b32 e, t, 23;", "add.s32 pb, pb, e;", "mov.b32 $0, pb;"]
-    lines += [f"ex2.approx.ftz.f32 ${i}, ${every + i};" for i in range(1, every)]
-    return "\n".join(lines + ["}"])
-
-
-@constexpr_function
-def _exp2_constraints(every):
-    """The asm constraints of :func:`_exp2_asm`: ``every`` fp32 outputs, then as many inputs."""
-    return ",".join(["=f"] * every + ["f"] * every)
-
-
-@gluon.jit
-def _exp2_emu(x, EVERY: gl.constexpr):
-    """exp2 of ``x`` (fp32, every element <= 0 or -inf), one in ``EVERY`` of a thread's
-    elements by a polynomial (:func:`_exp2_asm`), the rest as ``gl.exp2``. At d=64 the MUFU's 16
-    ex2 a clock per SM take as long as a tile's products at the tensor cores' peak (a score
-    costs 128 MACs and one ex2; an SM does ~2048 MACs a clock); FlashAttention-4 moves a share
-    to the FMA pipes. Session 26 measured it alone -0.3% to +6% at d=64 (the issue slots then
-    bound: 453 -> 510 instructions a tile at 1 in 8); with ``ROWSUM`` the slots are freed."""
-    return gl.inline_asm_elementwise(_exp2_asm(EVERY), _exp2_constraints(EVERY), [x],
-                                     dtype=gl.float32, is_pure=True, pack=EVERY)
-
-
 @gluon.jit
 def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_zero, acc, m_i,
               l_i, rows, n_tiles, n_unmasked, qk_scale, it, anchor, NUM_STAGES: gl.constexpr,
               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, o_layout: gl.constexpr,
-              p_layout: gl.constexpr, PAIRS: gl.constexpr, rs_zero=None,
-              EXP_EMU: gl.constexpr = 0):
+              p_layout: gl.constexpr, PAIRS: gl.constexpr):
     """Tiles 0 .. n_tiles - 3 of an item at a whole head dim with P in registers
     (:func:`_rs_products`, :func:`_rs_softmax`; the ring's loads from ``it`` on). ``PAIRS``:
     two tiles a trip and an odd count's last one after: P_j and P_{j+1} then alternate
     register sets, so half of the moves of P into the A operand's registers go (offline at
     d=64: 429 instructions a tile against 453 one tile a trip), for 32 more registers of P.
-    Returns (P, O, row max, row sum); with ``rs_zero`` (``ROWSUM``) the row sums ``(rows, 8)``
-    by the tensor cores (:func:`_rs_softmax`)."""
+    Returns (P, O, row max, row sum)."""
     if PAIRS:
         for jj in range(0, n_tiles - 3, 2):
             for u in gl.static_range(2):
@@ -498,23 +438,21 @@ def _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, s_z
                 p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, jj + u + 1,
                                                n_unmasked, qk_scale, v_empty, it + jj + u,
                                                anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout,
-                                               p_layout, None, None, rs_zero, EXP_EMU)
+                                               p_layout)
         if n_tiles % 2 == 1 and n_tiles > 2:
             j = n_tiles - 3
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
                                   acc, it + j, NUM_STAGES)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, EXP_EMU)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
     else:
         for j in range(n_tiles - 2):
             s, acc = _rs_products(p, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero,
                                   acc, it + j, NUM_STAGES)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, EXP_EMU)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
     return p, acc, m_i, l_i
 
 
@@ -613,7 +551,7 @@ def _rs_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, s_zero
 def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, r, anchor,
                 NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                 o_layout: gl.constexpr, p_layout: gl.constexpr, acc2=None,
-                o2_layout: gl.constexpr = None, rs_zero=None, EXP_EMU: gl.constexpr = 0):
+                o2_layout: gl.constexpr = None):
     """Tile j's softmax (scores ``s``) while P_{j-1} V_{j-1} (the ring's load r, A operand
     ``p_op``) computes; then wait for that product, free V_{j-1}, discount O and make P_j
     wgmma's A operand (fp16/bf16 in layout ``p_layout``). ``p_op`` is a dependency of the
@@ -626,55 +564,21 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
     (nothing orders it after the exp2; in the shared-memory schedule the next S's issue
     does) to just after the first row max, and the softmax no longer overlaps P V: offline,
     the exp2 and conversions then followed the wait whatever the order written here. A
-    store is kept before the wait, and it needs every exp2 of the row sums.
-
-    ``rs_zero`` given (``ROWSUM``, a whole head dim, :func:`rowsum_mma`): the tensor cores
-    sum P's rows. P_j becomes wgmma's A operand before the wait and R_j = P_j 1 is issued
-    (``anchor`` is then the ``(BLOCK_N, 8)`` tile of ones, ``rs_zero`` R's zero input,
-    ``l_i`` ``(rows, 8)`` in R's layout, every column the row sum): that issue needs every
-    exp2 and stays before the wait, as the anchor's store does, and a d=64 thread's 64 FADD
-    of row sums per tile become 8 narrow wgmma (N = 8) and 4 FFMA. The wait then also waits
-    for R_j."""
-    if rs_zero is not None:
-        p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
-                                             BLOCK_N, CAUSAL, False, EXP_EMU)
-        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
-        r_j = warpgroup_mma(p_next, anchor, rs_zero, use_acc=False, is_async=True)
-        acc, p_op, p_next, r_j = warpgroup_mma_wait(0, deps=(acc, p_op, p_next, r_j))
+    store is kept before the wait, and it needs every exp2 of the row sums."""
+    p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
+                                         BLOCK_N, CAUSAL)
+    anchor.store(l_i)
+    if acc2 is None:
+        acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
         mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-        rs_rows: gl.constexpr = gl.SliceLayout(1, rs_zero.type.layout)
-        l_i = l_i * gl.convert_layout(alpha, rs_rows)[:, None] + r_j
+        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
         return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
     else:
-        p, m_new, alpha, l_i = _softmax_tile(s, m_i, l_i, rows, j, n_unmasked, qk_scale, None,
-                                             BLOCK_N, CAUSAL)
-        anchor.store(l_i)
-        if acc2 is None:
-            acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-            mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-            p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
-            return p_next, _rescaled(acc, alpha, o_layout), m_new, l_i
-        else:
-            acc, acc2, p_op = warpgroup_mma_wait(0, deps=(acc, acc2, p_op))
-            mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-            p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
-            return (p_next, _rescaled(acc, alpha, o_layout), m_new, l_i,
-                    _rescaled(acc2, alpha, o2_layout))
-
-
-@gluon.jit
-def _rowsum_start(l_i, rs_zero):
-    """An item's row sums after its first tile (``(rows,)``, :func:`_softmax_tile`'s) as the
-    ``(rows, 8)`` sums that ``ROWSUM`` carries (:func:`_rs_softmax`)."""
-    rs_rows: gl.constexpr = gl.SliceLayout(1, rs_zero.type.layout)
-    return gl.convert_layout(l_i, rs_rows)[:, None] + rs_zero
-
-
-@gluon.jit
-def _rowsum_end(l8, row_layout: gl.constexpr):
-    """The ``(rows,)`` row sums (layout ``row_layout``) of ``ROWSUM``'s ``(rows, 8)``, whose
-    columns are equal."""
-    return gl.convert_layout(gl.max(l8, axis=1), row_layout)
+        acc, acc2, p_op = warpgroup_mma_wait(0, deps=(acc, acc2, p_op))
+        mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
+        p_next = gl.convert_layout(p.to(p_op.dtype), p_layout)
+        return (p_next, _rescaled(acc, alpha, o_layout), m_new, l_i,
+                _rescaled(acc2, alpha, o2_layout))
 
 
 @gluon.jit
@@ -780,7 +684,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
              k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-             NEXT_S0: gl.constexpr, ROWSUM: gl.constexpr, EXP_EMU: gl.constexpr):
+             NEXT_S0: gl.constexpr):
     """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
     (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
     :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
@@ -788,15 +692,14 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROWSUM, EXP_EMU)
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)
     else:
         _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
                          k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                          stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
                          n_mtiles, n_work, qk_scale, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                          NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q_desc2,
-                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, ROWSUM,
-                         EXP_EMU)
+                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS)
 
 
 @gluon.jit
@@ -807,8 +710,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
                      O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                      q_desc2, o_desc2, q_smem2, o_smem2, k_smem2, v_smem2,
-                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr, ROWSUM: gl.constexpr = False,
-                     EXP_EMU: gl.constexpr = 0):
+                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
     """A consumer whose items each start with S_0 (:func:`_consume`): for each of this program's
     work items, half ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from
     ``n_unmasked`` on get the causal mask), read from the ring in the loader's order. Writes
@@ -832,9 +734,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
     :func:`_rs_softmax`): issue S_{j+1}, issue P_j V_j (and P_j V_{2,j} where the head dim
     is split), wait for S_{j+1} alone, softmax of S_{j+1} into P_{j+1}, wait for the
     products, discount O. Live per thread: O 64 + S 64 + P_j and P_{j+1} 32 each (d=128,
-    128 keys; d=96: O 32 + 16). ``ROWSUM`` (P in registers, a whole head dim): ``p_smem`` is
-    the ``(BLOCK_N, 8)`` tile of ones and the tensor cores sum P's rows from tile 1 on
-    (:func:`_rs_softmax`)."""
+    128 keys; d=96: O 32 + 16)."""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
@@ -847,13 +747,6 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
         o_smem2 = o_smem2.index(HALF)
     else:
         o2_layout: gl.constexpr = None
-    if ROWSUM:                          # R = P 1's zero input (see _rs_softmax)
-        rs_layout: gl.constexpr = mma_layouts(4, BLOCK_N, 8)[1]
-        rs_zero = gl.zeros([BLOCK_M, 8], gl.float32, rs_layout)
-        anchor = p_smem
-    else:
-        rs_zero: gl.constexpr = None
-        anchor = p_smem.index(HALF)     # (see _rs_softmax; P in registers only)
 
     _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2)
@@ -884,6 +777,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
                     q_desc2, q_smem2, HEAD_D2)
         if P_REGS:
+            anchor = p_smem.index(HALF)     # (see _rs_softmax)
             p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
                                                None, BLOCK_N, CAUSAL)
             p = gl.convert_layout(p.to(dtype), p_layout)
@@ -897,13 +791,11 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                         it + j, anchor, NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout, acc2,
                         o2_layout)
             else:
-                if ROWSUM:              # (rows, 8) row sums from here on
-                    l_i = _rowsum_start(l_i, rs_zero)
                 p, acc, m_i, l_i = _rs_tiles(p, q_smem, k_smem, v_smem, k_ready, v_ready,
                                              k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
                                              n_tiles, n_unmasked, qk_scale, it, anchor,
                                              NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout,
-                                             True, rs_zero, EXP_EMU)
+                                             True)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
@@ -926,8 +818,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                     p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1,
                                                    n_unmasked, qk_scale, v_empty, it + j,
                                                    anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                                   o_layout, p_layout, None, None, rs_zero,
-                                                   EXP_EMU)
+                                                   o_layout, p_layout)
             j = n_tiles - 1
             acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
             if HEAD_D2 > 0:
@@ -935,8 +826,6 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 acc, acc2, p = warpgroup_mma_wait(0, deps=(acc, acc2, p))
             else:
                 acc, p = warpgroup_mma_wait(0, deps=(acc, p))
-            if ROWSUM:
-                l_i = _rowsum_end(l_i, gl.SliceLayout(1, s_layout))
         else:
             if not EARLY_S1:
                 m_i, alpha, l_i = _first_softmax(s_0, m_i, l_i, rows, n_unmasked, qk_scale, p_smem,
@@ -1025,8 +914,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   ROWSUM: gl.constexpr = False, EXP_EMU: gl.constexpr = 0):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -1036,7 +924,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     S has read that buffer), and a turn of the item loop issues its S_0, then stores the
     previous item's O and LSE (O normalised in the turn before) while S_0 computes. (S_0 is
     issued and waited for within one turn: in flight across the loop's back edge, ptxas
-    serialised every wgmma, C7511/C7517.) ``ROWSUM``: as in :func:`_consume_in_turn`."""
+    serialised every wgmma, C7511/C7517.)"""
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
     p_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[2]
@@ -1044,13 +932,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     dtype: gl.constexpr = q_desc.dtype
     Q0: gl.constexpr = 2 * HALF         # this consumer's two Q buffers: Q0, Q0 + 1
     first, step = gl.program_id(0), gl.num_programs(0)
-    if ROWSUM:                          # R = P 1's zero input and B operand (see _rs_softmax)
-        rs_layout: gl.constexpr = mma_layouts(4, BLOCK_N, 8)[1]
-        rs_zero = gl.zeros([BLOCK_M, 8], gl.float32, rs_layout)
-        anchor = p_smem
-    else:
-        rs_zero: gl.constexpr = None
-        anchor = p_smem.index(HALF)     # (see _rs_softmax)
+    anchor = p_smem.index(HALF)         # (see _rs_softmax)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
 
     for k in gl.static_range(2):        # the first two items' Q
@@ -1096,15 +978,11 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                                            None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
         # (one tile a trip: with two, the second P's registers made ptxas spill 140 B at
-        # d=128 beside the previous item's O, offline; two with ROWSUM at d=64, where they
-        # take the moves of P into the A operand's registers away: 595 -> 554 a tile)
-        if ROWSUM:                      # (rows, 8) row sums until the item's end
-            l_i = _rowsum_start(l_i, rs_zero)
+        # d=128 beside the previous item's O, offline)
         p, acc, m_i, l_i = _rs_tiles(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                      v_empty, s_zero, acc, m_i, l_i, rows, n_tiles, n_unmasked,
                                      qk_scale, it, anchor, NUM_STAGES, BLOCK_N, CAUSAL,
-                                     o_layout, p_layout, ROWSUM and HEAD_D == 64, rs_zero,
-                                     EXP_EMU)
+                                     o_layout, p_layout, False)
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
@@ -1115,14 +993,11 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                         CAUSAL, GROUP)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
-                                           BLOCK_N, CAUSAL, o_layout, p_layout, None, None,
-                                           rs_zero, EXP_EMU)
+                                           BLOCK_N, CAUSAL, o_layout, p_layout)
         j = n_tiles - 1
         acc = _pv(p, v_smem, v_ready, acc, it + j, NUM_STAGES)
         acc, p = warpgroup_mma_wait(0, deps=(acc, p))
         mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
-        if ROWSUM:
-            l_i = _rowsum_end(l_i, row_layout)
         if _skips(CAUSAL, BLOCK_M, BLOCK_N):    # tiles wholly above this consumer's diagonal
             for j in range(n_tiles, n_all):
                 _pass_slot(k_ready, v_ready, k_empty, v_empty, it + j, NUM_STAGES)
@@ -1148,28 +1023,17 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, ROWSUM: gl.constexpr = False,
-                       EXP_EMU: gl.constexpr = 0):
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
-    # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`). ROWSUM
-    # (:func:`rowsum_mma`): the tensor cores sum P's rows, against a (BLOCK_N, 8) tile of ones.
+    # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`).
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [4 if NEXT_S0 else 2, BLOCK_M, HEAD_D],
                                        q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
-    if ROWSUM:      # no P buffers: the tile of ones that P's rows are summed against
-        gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or EARLY_S1),
-                         "row sums by wgmma: P in registers, a whole head dim")
-        p_smem = gl.allocate_shared_memory(q_desc.dtype, [BLOCK_N, 8],
-                                           gl.NVMMASharedLayout.get_default_for([BLOCK_N, 8],
-                                                                                q_desc.dtype))
-        p_smem.store(gl.full([BLOCK_N, 8], 1.0, q_desc.dtype,
-                             gl.BlockedLayout([1, 8], [32, 1], [4, 1], [1, 0])))
-        fence_async_shared()
-    elif P_REGS:    # no P buffers: each consumer's row sums (see _rs_softmax)
+    if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
         gl.static_assert(not (O_IN_P or EARLY_S1),
                          "P in registers: no O through P, no early S_1")
         p_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M],
@@ -1222,13 +1086,13 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, ROWSUM, EXP_EMU)),
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
         (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
                     q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                     stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
                     n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                     O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
-                    v_smem2, HEAD_D2, P_REGS, NEXT_S0, ROWSUM, EXP_EMU)),
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
         (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                        nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
@@ -1498,32 +1362,6 @@ def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool) -> bo
     return applies and (causal if forced is None else forced)
 
 
-def rowsum_mma(d: int) -> bool:
-    """Whether the tensor cores sum P's rows (the kernel's ``ROWSUM``, :func:`_rs_softmax`):
-    ``FLASHTILE_GLUON_FWD_ROWSUM_MMA=1`` asks for it (opt-in: not yet measured on a GPU), and
-    it applies with P in registers and a whole head dim (d=64/128). Why: at d=64 a tile's
-    issue slots run at 88% of its tensor time and its MUFU at 103% (offline, session 25);
-    the row sums are 64 of a thread's ~430 instructions a tile, and as a P 1 product with
-    N = 8 they add 8 / 128 = 6.25% to a tile's MACs at d=64 (3.1% at d=128). So it trades
-    issue slots for tensor time, which at the kernel's ~62% of peak (latency-bound) may pay
-    or not: measure. The freed slots can pay for a share of the exp2 on the FMA pipes
-    (:func:`exp_emu`), which relieves the MUFU. ``0``, unset or ``auto``: off."""
-    return bool(env_forced("FLASHTILE_GLUON_FWD_ROWSUM_MMA")) and p_in_registers(d) \
-        and head_parts(d)[1] == 0
-
-
-def exp_emu(d: int) -> int:
-    """One in how many of P's exp2 run on the FMA pipes (the kernel's ``EXP_EMU``,
-    :func:`_exp2_emu`): ``FLASHTILE_GLUON_FWD_EXP_EMU`` = 2, 4 or 8 where the tensor cores sum P's
-    rows (:func:`rowsum_mma`, whose freed issue slots pay for the polynomial), else 0 (unset,
-    ``0``, or without ``ROWSUM``). Opt-in: alone it measured -0.3% to +6% at d=64 (session
-    26); with ``ROWSUM``, offline, not yet run on a GPU."""
-    value = getenv("FLASHTILE_GLUON_FWD_EXP_EMU", "0") or "0"
-    if value not in ("0", "2", "4", "8"):
-        raise ValueError(f"FLASHTILE_GLUON_FWD_EXP_EMU must be 0, 2, 4 or 8, got {value!r}")
-    return int(value) if rowsum_mma(d) else 0
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -1558,7 +1396,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params)),
-             ROWSUM=rowsum_mma(d), EXP_EMU=exp_emu(d)),
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
         part_descriptor, "fwd",
         f"gluon {2 * block_m}x{block_n}/{stages}s" + (f" window {-group}" if group < 0 else ""))
