@@ -119,6 +119,10 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
   ``bar.arrive``, unmasked): level, geomean 0.994 (session 28); 64-key tiles at d=64 causal:
   level with the tile-level forward at 512, 2-10% slower at 1k/2k (session 28); kept as
   ``docs/experiments/fwd-{row-reduce-tree,k-ahead-of-v,pingpong}-s28.patch``;
+- P's row sums by wgmma (P 1 against a tile of ones, N = 8; 618 -> 554 instructions a d=64
+  causal tile offline), alone and with one in 8 exp2 on the FMA pipes: wrong on the in-turn
+  and d=128 causal paths, +10% to +15% time at d=64 causal 2k/16k where right (session 43,
+  H100); removed, kept as ``docs/experiments/fwd-rowsum-mma-s42.patch`` (on b9a4e0e);
 - offline (``scripts/inspect_kernels.py --gluon``, the 128-key defaults and d=256): none
   serialised, no spills in the tile loops;
 - ping-pong consumers (turns at the tensor cores): 2-30% slower, session 9 (dropped);
