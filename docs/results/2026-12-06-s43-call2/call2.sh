@@ -12,3 +12,13 @@ AB_CMD="python3 -m flashtile bench --providers flashtile --kernel-times --no-plo
   --causal yes --headdims 64 --seqlens 512,1k --dtype bf16" \
 AB_ENVS="FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_CONFIG=64,64,4,240;FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_CONFIG=64,64,6,240" \
   bash scripts/gpu_session.sh ab
+# Then (added in session 43): each item's first S before the previous item's epilogue
+# (FLASHTILE_GLUON_FWD_NEXT_S0=1) at the short unmasked points, where items are 4-8 tiles and
+# the item boundary weighs most (d=64 512: 0.90x cuDNN, d=128 512: 0.97x). Session 24 read it
+# 0.3-1.7% slower unmasked at d=128 (longer items). Offline at d=64 512: 168 registers, no
+# spills, none serialised. Prediction: -1% to -3% at 512, level at 1k.
+AB_ROUNDS=2 AB_BUDGET=170 AB_TIMEOUT=45 AB_COMPILE_S=30 \
+AB_CMD="python3 -m flashtile bench --providers flashtile --kernel-times --no-plot --mode fwd \
+  --causal no --headdims 64,128 --seqlens 512,1k --dtype bf16" \
+AB_ENVS="FLASHTILE_GLUON_FWD_NEXT_S0=1" OUT=$OUT/next_s0 \
+  bash scripts/gpu_session.sh ab
