@@ -546,20 +546,40 @@ def test_next_s0_rule(monkeypatch, d, config, applies):
     """Where S_0 can run ahead (:func:`fwd_hopper.next_s0`): P in registers and a whole head
     dim (d=64/128, not d=96's split nor d=256), where a second Q tile per consumer fits (not
     128 keys x 3 slots, whose O already leaves through Q); by default there with the causal
-    mask only (measured, session 24). ``1`` forces it with either mask where it applies,
-    ``0`` turns it off; anything else is refused."""
+    mask, and unmasked only at d=64 up to 512 keys (measured, sessions 24 and 43). ``1``
+    forces it with either mask where it applies, ``0`` turns it off; anything else is
+    refused."""
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_NEXT_S0", raising=False)
     monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS", raising=False)
-    assert fwd_hopper.next_s0(d, *config, True) == applies
-    assert not fwd_hopper.next_s0(d, *config, False)
+    for sk in (256, 512, 1024, 4096):
+        assert fwd_hopper.next_s0(d, *config, True, sk) == applies
+        assert fwd_hopper.next_s0(d, *config, False, sk) == (applies and d == 64 and sk <= 512)
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "1")
-    assert fwd_hopper.next_s0(d, *config, False) == fwd_hopper.next_s0(d, *config, True) \
-        == applies
+    assert fwd_hopper.next_s0(d, *config, False, 4096) \
+        == fwd_hopper.next_s0(d, *config, True, 4096) == applies
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "0")
-    assert not fwd_hopper.next_s0(d, *config, True)
+    assert not fwd_hopper.next_s0(d, *config, True, 4096)
+    assert not fwd_hopper.next_s0(d, *config, False, 512)
     monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_NEXT_S0"):
-        fwd_hopper.next_s0(d, *config, True)
+        fwd_hopper.next_s0(d, *config, True, 4096)
+
+
+@pytest.mark.parametrize("d,seqlen,causal,ahead", [
+    (64, 512, False, True), (64, 384, False, True), (64, 1024, False, False),
+    (64, 512, True, True), (128, 512, False, False), (128, 512, True, True)])
+def test_next_s0_by_default(monkeypatch, d, seqlen, causal, ahead):
+    """The launch's ``NEXT_S0`` with no variable set (captured on the CPU, not made): causal
+    at d=64 and d=128, and d=64 unmasked up to 512 keys (-6.3% kernel time there, session 43),
+    not at 1k nor at d=128 unmasked. Fails if the unmasked rule goes."""
+    for name in ("FLASHTILE_GLUON_FWD_NEXT_S0", "FLASHTILE_GLUON_FWD_P_REGS",
+                 "FLASHTILE_GLUON_FWD_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    seen = gluon_launches(monkeypatch, run=False)
+    q, k, v = (torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16) for _ in range(3))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
+    assert [meta["NEXT_S0"] for role, _, meta in seen] == [ahead]
 
 
 @pytest.mark.parametrize("config,where", [

@@ -192,6 +192,11 @@ AHEAD = frozenset({(64, False), (64, True), (96, False), (96, True), (128, False
 # 1.14-1.30x at 512, 1.02-1.08x at 1k; the one in chunks of 1 within windows at 2k 0.94-0.96x
 # the chunks of 8 that ran there.
 CAUSAL_AHEAD_FROM = {64: 2048}
+# Key lengths up to which the unmasked forward issues each item's S_0 ahead (NEXT_S0, see
+# next_s0), by head dim: d=64 512, kernel sums -6.3% (session 43, H100, bf16, two alternating
+# rounds: 198.3 / 197.9 -> 185.9 / 185.2 us); at 1k level (1.001x), d=128 512 / 1k level
+# (0.999x / 1.015x).
+NEXT_S0_UNMASKED_UPTO = {64: 512}
 
 
 @constexpr_function
@@ -1350,20 +1355,23 @@ def p_in_registers(d: int) -> bool:
     return forced is not False and d in (64, 96, 128)
 
 
-def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool) -> bool:
+def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool,
+            seqlen_k: int) -> bool:
     """Whether each item's S_0 is issued before the previous item's epilogue (the kernel's
     ``NEXT_S0``, :func:`_consume_ahead`; two Q tiles per consumer). It applies with P in
     registers and a whole head dim (d=64/128) where the second Q tiles fit beside O's
-    (:func:`_bytes_apart`), and runs there by default with the causal mask: forward kernel
-    time against S_0 in its item's turn (session 24, H200, bf16, two alternating rounds,
-    16k tokens) d=128 causal -3.4% at 512, -0.6% to -0.9% at 1k-16k; unmasked +0.3% to
-    +1.7% at d=128 (20 B of spills offline at 4k) and level at d=64, so not there.
-    ``FLASHTILE_GLUON_FWD_NEXT_S0`` set to ``1``/``0`` forces it (``1`` only where it
-    applies)."""
+    (:func:`_bytes_apart`), and runs there by default with the causal mask, and unmasked up
+    to :data:`NEXT_S0_UNMASKED_UPTO` keys: forward kernel time against S_0 in its item's turn
+    (session 24, H200, bf16, two alternating rounds, 16k tokens) d=128 causal -3.4% at 512,
+    -0.6% to -0.9% at 1k-16k; unmasked +0.3% to +1.7% at d=128 (20 B of spills offline at
+    4k) and level at d=64 from 1k; d=64 unmasked 512 -6.3% (session 43, H100; items of 4
+    tiles, where the item boundary weighs most). ``FLASHTILE_GLUON_FWD_NEXT_S0`` set to
+    ``1``/``0`` forces it (``1`` only where it applies)."""
     forced = env_forced("FLASHTILE_GLUON_FWD_NEXT_S0")
     fits = _bytes_apart(block_m, block_n, stages, d, 0) + 4 * block_m * d <= SHARED_BYTES
     applies = p_in_registers(d) and head_parts(d)[1] == 0 and fits
-    return applies and (causal if forced is None else forced)
+    default = causal or seqlen_k <= NEXT_S0_UNMASKED_UPTO.get(d, 0)
+    return applies and (default if forced is None else forced)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
@@ -1400,6 +1408,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params))),
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params), sk)),
         part_descriptor, "fwd",
         f"gluon {2 * block_m}x{block_n}/{stages}s" + (f" window {-group}" if group < 0 else ""))
