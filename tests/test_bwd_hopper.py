@@ -565,6 +565,68 @@ def test_causal_window_launch_rows(monkeypatch):
     assert label.endswith(" window 32"), label
 
 
+@gluon_cases_over([(2, 1024, 8, 2, 128), (2, 1024, 8, 8, 64), (1, 256, 2, 2, 128),
+                   (3, 512, 4, 1, 64), (4, 2048, 8, 8, 128)])
+@pytest.mark.parametrize("rows", ["auto", "0"], ids=["default-kernel", "keys-as-rows"])
+def test_rotated_items(gluon_calls, monkeypatch, shape, causal, dtype, rows):
+    """``FLASHTILE_GLUON_BWD_ROTATE=1``: the one pass's unmasked items start at their own query
+    tile and wrap around (:func:`bwd_hopper.rotates`), in the rows kernel (d=128's default)
+    and in the keys-as-rows kernel (d=64's, and d=128's with ``FLASHTILE_GLUON_BWD_ROWS=0``):
+    items of 1-16 key tiles a head over 4-32 query tiles (every start, the wrap included),
+    GQA/MQA (the rotation within each query head), one program per item and per SM (512
+    items); all three gradients within budget against float64 (outputs NaN-poisoned before
+    the launch), and the launch rotated exactly when unmasked (causal items keep their
+    diagonal start)."""
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", rows)
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
+    assert meta["ROTATE"] is (not causal)
+
+
+def test_rotate_rule(monkeypatch):
+    """:func:`bwd_hopper.rotates`: only where asked (``1``; unset, ``auto`` and ``0`` off: not
+    yet measured), for the one pass's unmasked items (two passes add no dQ; causal items
+    start at their diagonal); anything else is refused."""
+    for value in (None, "auto", "0"):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROTATE", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", value)
+        assert not bwd_hopper.rotates(False, True)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", "1")
+    assert bwd_hopper.rotates(False, True)
+    assert not bwd_hopper.rotates(True, True) and not bwd_hopper.rotates(False, False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROTATE"):
+        bwd_hopper.rotates(False, True)
+
+
+@pytest.mark.parametrize("d,causal,rotated", [(64, False, True), (128, False, True),
+                                              (64, True, False), (128, True, False)])
+def test_rotated_launch(monkeypatch, d, causal, rotated):
+    """The one pass's launch with ``FLASHTILE_GLUON_BWD_ROTATE=1`` (d=64: this module's kernel,
+    d=128: the rows kernel): ``ROTATE`` set and the label saying so where unmasked; unset,
+    neither. The variable is one of the plan keys' options. Captured on the CPU."""
+    from flashtile.kernels import common
+    assert "FLASHTILE_GLUON_BWD_ROTATE" in common.GLUON_OPTIONS["bwd_hopper"]
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    q, k, v, dout = (torch.randn(1, 1024, 4, d, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, 4, 1024)
+    for value in ("1", "0"):
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", value)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+    (on, off) = [(launch[5]["ROTATE"], launch[8]) for launch in seen]
+    assert on[0] is rotated and on[1].endswith(" rotated") is rotated, on
+    assert off[0] is False and "rotated" not in off[1], off
+
+
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128),
                    (4, 2048, 8, 4, 96)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):

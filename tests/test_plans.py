@@ -425,3 +425,22 @@ def test_autograd_hands_the_forwards_planned_to_its_backward(monkeypatch):
     want_out, lse = real_forward(q.detach(), k.detach(), v.detach(), params)
     want = real_backward(dout, q.detach(), k.detach(), v.detach(), want_out, lse, params)
     assert torch.equal(out, want_out) and all(map(torch.equal, grads, want))
+
+
+def test_plan_keys_hold_every_gluon_variable():
+    """Every ``FLASHTILE_GLUON_*`` variable the package reads is one that a plan key holds
+    (:data:`.common.GLUON_SWITCHES`' switches and configs, :data:`.common.GLUON_OPTIONS`):
+    else a replayed call would keep the launch its variable chose when it was recorded, after
+    a test or a sweep set it differently (``FLASHTILE_GLUON_BWD_SKIP_MASKED`` was missing
+    until session 43)."""
+    import re
+    from pathlib import Path
+
+    from flashtile.kernels import common
+    keyed = {name for switch, _, config in common.GLUON_SWITCHES.values()
+             for name in (switch, config)}
+    keyed |= {name for names in common.GLUON_OPTIONS.values() for name in names}
+    source = Path(flashtile.__file__).parent
+    read = {name for path in source.rglob("*.py")
+            for name in re.findall(r"FLASHTILE_GLUON_[A-Z0-9_]*[A-Z0-9]", path.read_text())}
+    assert read and read <= keyed, sorted(read - keyed)

@@ -22,7 +22,8 @@ Notation:
   persistent grid); ``ONE_PASS``: dQ added here; ``DQ_LATE``: a tile's dQ part leaves under the
   next tile's products; ``SKIP_MASKED`` (:func:`skips_masked`): causal, the second consumer
   skips the item's tiles wholly above its keys; ``SERIAL`` (:func:`serial`): the serial
-  order below, with :data:`SERIAL_CONFIGS`;
+  order below, with :data:`SERIAL_CONFIGS`; ``ROTATE`` (:func:`rotates`, opt-in): one pass,
+  unmasked items start at their own query tile (:func:`query_tile`);
 - the *loader* (one warp, 24 registers, :func:`_load_q_do`) streams (Q, dO) by TMA into the ring
   (``ready``; ``empty``: count 2); two *consumers* (a warpgroup each, up to 240 registers,
   ``HALF`` 0/1, :func:`_dkdv_consume`) keep their K and V in shared memory (``kv_bar``); one
@@ -158,21 +159,28 @@ def _ds_layout():
 @gluon.jit
 def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
           stride_lse_h, stride_d_b, stride_d_h, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
-          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
+          HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+          ROTATE: gl.constexpr = False):
     """Work item w: 2 * BLOCK_N keys of one (batch, KV head), causal orders taking the first
     keys (seen by the most queries) first, in chunks of GROUP key tiles per head
     (:func:`.fwd_hopper._work_tile`). Returns (first key n0, K/V row and column in the
     folded views, first query tile i0, query tiles per head n_i, tiles in all n_t, Q/dO row
-    and column, LSE and D offsets; the strides enter only the offsets)."""
+    and column, LSE and D offsets; the strides enter only the offsets). ``ROTATE``
+    (unmasked, :func:`rotates`): the item starts at its own query tile, ``tile % n_i``, and
+    wraps around (:func:`query_tile`; told by a negative i0), so that the items of a head
+    that run at once add their dQ parts into different tiles of the accumulator."""
     tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, GROUP)
     off_b = bh // nheads_kv
     off_hkv = bh % nheads_kv
     n0 = tile * (2 * BLOCK_N)
+    n_i = seqlen_q // BLOCK_M
     if CAUSAL:   # queries before the item's first key see none of its keys
         i0 = n0 // BLOCK_M
+        n_i -= i0
+    elif ROTATE:
+        i0 = tile % n_i - n_i
     else:
         i0 = 0
-    n_i = seqlen_q // BLOCK_M - i0
     return (n0, off_b * seqlen_k + n0, off_hkv * HEAD_D, i0, n_i, group * n_i,
             off_b * seqlen_q, off_hkv * group * HEAD_D,
             off_b * stride_lse_b + off_hkv * group * stride_lse_h,
@@ -180,21 +188,30 @@ def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_
 
 
 @gluon.jit
+def query_tile(t, i0, n_i):
+    """The query tile of an item's tile t (of query head ``t // n_i`` in the item's group):
+    ``i0 + t % n_i``; a negative ``i0`` (:func:`_item`'s ``ROTATE``) starts the item at tile
+    ``i0 + n_i`` and wraps around at ``n_i``."""
+    i = i0 + t % n_i
+    return i + n_i * (i < 0).to(gl.int32)
+
+
+@gluon.jit
 def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
                group, seqlen_q, seqlen_k, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                GROUP: gl.constexpr, q_desc2, do_desc2, q_smem2, do_smem2,
-               HEAD_D2: gl.constexpr):
+               HEAD_D2: gl.constexpr, ROTATE: gl.constexpr = False):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
-    across items: slot and phase), where tile t is query tile ``i0 + t % n_i`` of the group's
-    query head ``t // n_i``; a slot is refilled only after both consumers released it. A split
-    head dim (``HEAD_D2`` > 0) loads each tile's second part into ``q_smem2``/``do_smem2``."""
+    across items: slot and phase), where tile t is :func:`query_tile` of the group's query head
+    ``t // n_i``; a slot is refilled only after both consumers released it. A split head dim
+    (``HEAD_D2`` > 0) loads each tile's second part into ``q_smem2``/``do_smem2``."""
     it = 0
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-            BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
+            BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP, ROTATE)
         for u in range(n_t):
             load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0,
                            n_i, q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES,
@@ -207,15 +224,15 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
                    q_col0, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                    NUM_STAGES: gl.constexpr, q_desc2=None, do_desc2=None, q_smem2=None,
                    do_smem2=None):
-    """The ring's load r: a work item's (Q, dO) tile t (query tile ``i0 + t % n_i`` of the
-    group's query head ``t // n_i``, from row ``q_row0`` and column ``q_col0`` of the folded
+    """The ring's load r: a work item's (Q, dO) tile t (:func:`query_tile` of the group's
+    query head ``t // n_i``, from row ``q_row0`` and column ``q_col0`` of the folded
     views; ``HEAD_D``: the whole head dim) into slot ``r % NUM_STAGES``, once both consumers
     released it (also the d=256 kernel's loader, :mod:`.bwd256_hopper`). Where the head dim
     is split (``q_desc2`` not None: d=96) also the tile's second part, the columns after
     ``q_desc``'s, into the same slot of ``q_smem2``/``do_smem2``, on the same barrier."""
     slot = r % NUM_STAGES
     mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
-    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D
     bar = ready.index(slot)
     if q_desc2 is None:
@@ -233,8 +250,8 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
 
 @gluon.jit
 def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
-    """Sequence positions of tile t's queries (tile t: query tile ``i0 + t % n_i``)."""
-    return (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+    """Sequence positions of tile t's queries (tile t: :func:`query_tile`)."""
+    return query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
 
 
 @constexpr_function
@@ -397,7 +414,7 @@ def _dq_reduce(dqt, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
     ``(b * sq, hq * d)`` in ``(Q_PART, 64)`` blocks), once the previous tile's reduction has
     read the tile."""
     Q_PART: gl.constexpr = dqt.shape[1]
-    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D
     if HEAD_D == 64:
         row += HALF * Q_PART
@@ -421,7 +438,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                   KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
                   v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
-                  SKIP_MASKED: gl.constexpr, SERIAL: gl.constexpr):
+                  SKIP_MASKED: gl.constexpr, SERIAL: gl.constexpr, ROTATE: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -446,7 +463,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     (:func:`_masked_tiles`), releasing their slots unread (one pass: it still computes its
     part of their dQ, :func:`_skipped_dq`); its tile loop starts at ``SKIP``. (A loop counted
     from 0 over the consumer's own tiles, or one over the ring's loads that maps each to its
-    tile, as GQA would need, made ptxas serialise every wgmma, C7512; this one does not.)"""
+    tile, as GQA would need, made ptxas serialise every wgmma, C7512; this one does not.)
+    ``ROTATE``: unmasked items start at their own query tile (:func:`_item`)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -477,7 +495,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
             stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL,
-            GROUP)
+            GROUP, ROTATE)
         buf = KV_BUFS * HALF + c % KV_BUFS
         k_cur = k_smem.index(buf)
         v_cur = v_smem.index(buf)
@@ -662,7 +680,8 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                         KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0,
-                        SKIP_MASKED: gl.constexpr = False, SERIAL: gl.constexpr = False):
+                        SKIP_MASKED: gl.constexpr = False, SERIAL: gl.constexpr = False,
+                        ROTATE: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
@@ -717,18 +736,18 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
-                      HEAD_D2)),
+                      HEAD_D2, ROTATE)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -882,6 +901,21 @@ def skips_masked(causal: bool, n_ntiles: int, gqa: bool) -> bool:
     return n_ntiles <= SKIP_UPTO if forced is None else forced
 
 
+def rotates(causal: bool, one_pass: bool) -> bool:
+    """Whether each unmasked item of the one pass starts at its own query tile and wraps
+    around (the kernels' ``ROTATE``, :func:`_item`), instead of every item at tile 0. Without
+    the mask a head's items are neighbours in the order, so at 16k keys up to 128 programs run
+    items of one head at once, in step, and each query tile's dQ part arrives from all of them
+    together as TMA reductions into the same 32 KB of the accumulator; rotated, the items
+    running at once add into different tiles (causal items already start at their own
+    diagonal). Suggested by issue 7's grid (session 41, H100, bf16): the unmasked backward's
+    kernels fall behind cuDNN's as the items of a head grow in number (d=128: 0.96x at 512,
+    0.95x at 4k, 0.91x at 8k, 0.78x at 16k; d=64 1.08x to 0.85x) while the causal ones hold
+    (0.96-0.97x to 8k). Opt-in, not yet measured: ``FLASHTILE_GLUON_BWD_ROTATE=1`` (``0``,
+    unset or ``auto``: off)."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_ROTATE")) and one_pass and not causal
+
+
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
     """Work items per KV head (``2 * BLOCK_N`` keys each) for q and k ``(b, s, h, d)``."""
     return k.shape[1] // (2 * config(q.shape[3])[0])
@@ -959,7 +993,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
              GROUP=group, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial_order),
+             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial_order,
+             ROTATE=rotates(causal, dq_acc is not None)),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + (" serial" if serial_order else "") + (f" window {-group}" if group < 0 else "")
-        + ("" if dq_acc is None else " +dQ late" if late else " +dQ"))
+        + ("" if dq_acc is None else " +dQ late" if late else " +dQ")
+        + (" rotated" if rotates(causal, dq_acc is not None) else ""))

@@ -98,7 +98,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add
+from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add, query_tile
 from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -156,7 +156,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     do_tile = do_smem.index(slot)
     lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
                              n_i, BLOCK_M, row_layout)
-    q_pos = (i0 + t % n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    q_pos = query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
     s, dp = warpgroup_mma_wait(0, deps=(s, dp))
     p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
     # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
@@ -188,7 +188,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
     # through its shared tile, once the previous tile's reduction has read it, with dP of
     # t+1 issued before the reduction (into the registers the dQ part leaves)
-    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
     tma.store_wait(0)
     gl.thread_barrier()             # (every warp's products done before the arrivals)
@@ -224,7 +224,7 @@ def _skipped_tile(r, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free, dq_
     dq = warpgroup_mma(ds_smem.index(1 - HALF + z), k_part, dq_zero, use_acc=False,
                        is_async=True)
     dq = warpgroup_mma_wait(0, deps=(dq,))
-    row = q_row0 + (i0 + t % n_i) * BLOCK_M
+    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
     tma.store_wait(0)
     gl.thread_barrier()
@@ -242,19 +242,20 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                SKIP_MASKED: gl.constexpr):
+                SKIP_MASKED: gl.constexpr, ROTATE: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
     last dQ products have read this one's K. ``SKIP_MASKED`` (one query head per KV head): the
     second consumer's tiles above its keys, the item's first, only hand over and add their dQ
-    (:func:`_skipped_tile`). Returns dK, dV (fp32, unscaled), the item's K/V row and column
-    and its tile count."""
+    (:func:`_skipped_tile`). ``ROTATE``: an unmasked item starts at its own query tile
+    (:func:`.bwd_hopper._item`). Returns dK, dV (fp32, unscaled), the item's K/V row and
+    column and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
     n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
         w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b, stride_lse_h,
-        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, ROTATE)
     mbarrier.wait(kv_bar.index(HALF), done & 1)
     mbarrier.wait(kv_bar.index(1 - HALF), done & 1)  # (the other K: read by the dQ products)
     keys = n0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -302,7 +303,8 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr):
+                  GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
+                  ROTATE: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -335,7 +337,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED)
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
@@ -354,7 +356,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP, SKIP_MASKED)
+            CAUSAL, GROUP, SKIP_MASKED, ROTATE)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
 
@@ -381,7 +383,8 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False):
+                      PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
+                      ROTATE: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -414,16 +417,17 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED)),
+                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED)),
+                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0)),
+                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
+                      ROTATE)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -491,7 +495,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > hkv),
-             GROUP=group),
+             GROUP=group, ROTATE=bwd_hopper.rotates(causal, True)),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
-        + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else ""))
+        + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
+        + (" rotated" if bwd_hopper.rotates(causal, True) else ""))
