@@ -530,20 +530,28 @@ def test_causal_order_windows(gluon_calls, monkeypatch, shape, causal, dtype):
                          gluon_calls)
 
 
+def one_pass_launches(monkeypatch, variable, values, heads, d, causal):
+    """(meta, label) of each one-pass launch of :func:`bwd_hopper.dkdv` for a (1, 1024, heads,
+    d) bf16 call, made once with ``variable`` at each of ``values``; captured on the CPU."""
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    q, k, v, dout = (torch.randn(1, 1024, heads, d, dtype=torch.bfloat16) for _ in range(4))
+    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    lse = dsum = torch.zeros(1, heads, 1024)
+    for value in values:
+        monkeypatch.setenv(variable, value)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+    return [(launch[5], launch[8]) for launch in seen]
+
+
 def test_causal_window_launch(monkeypatch):
     """With ``FLASHTILE_GLUON_BWD_WINDOW=auto`` the d=64 causal dK/dV kernel at 1k keys
     (chunks of 1 by rule, 768 items on its persistent grid of 132) is launched in windows of
     33 pairs (264 items: two rounds), labelled so; unset, it is not. Captured on the CPU."""
-    seen = gluon_launches(monkeypatch, run=False, full=True)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
-    q, k, v, dout = (torch.randn(1, 1024, 96, 64, dtype=torch.bfloat16) for _ in range(4))
-    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
-    lse = dsum = torch.zeros(1, 96, 1024)
-    for value in ("auto", "0"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", value)
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
-    (windowed, plain) = [(launch[5]["GROUP"], launch[8]) for launch in seen]
+    launches = one_pass_launches(monkeypatch, "FLASHTILE_GLUON_BWD_WINDOW", ("auto", "0"), 96,
+                                 64, True)
+    (windowed, plain) = [(meta["GROUP"], label) for meta, label in launches]
     assert windowed[0] == -33 and windowed[1].endswith("serial window 33 +dQ"), windowed
     assert plain[0] == 1 and "window" not in plain[1], plain
 
@@ -552,16 +560,10 @@ def test_causal_window_launch_rows(monkeypatch):
     """The d=128 one pass (:mod:`.bwdrows_hopper`, one chunk of a head's 8 key tiles at 1k)
     takes the windows too: ``FLASHTILE_GLUON_BWD_WINDOW=auto``, one program per item there
     and 512 KB of Q and dO a pair: windows of 32 (24 MB holds 48). Captured on the CPU."""
-    seen = gluon_launches(monkeypatch, run=False, full=True)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_GROUP", raising=False)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", "auto")
-    q, k, v, dout = (torch.randn(1, 1024, 48, 128, dtype=torch.bfloat16) for _ in range(4))
-    params, _ = _flash_params(q, k, v, 0.0, None, True, (-1, -1), 0.0, None, False)
-    lse = dsum = torch.zeros(1, 48, 1024)
-    bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v), params,
-                    dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
-    ((*_, meta, _, role, label),) = seen
-    assert role == "dkdv" and meta["GROUP"] == -32 and label.startswith("gluon rows"), label
+    ((meta, label),) = one_pass_launches(monkeypatch, "FLASHTILE_GLUON_BWD_WINDOW", ("auto",),
+                                         48, 128, True)
+    assert meta["GROUP"] == -32 and label.startswith("gluon rows"), label
     assert label.endswith(" window 32"), label
 
 
@@ -614,15 +616,9 @@ def test_rotated_launch(monkeypatch, d, causal, rotated):
     neither. The variable is one of the plan keys' options. Captured on the CPU."""
     from flashtile.kernels import common
     assert "FLASHTILE_GLUON_BWD_ROTATE" in common.GLUON_OPTIONS["bwd_hopper"]
-    seen = gluon_launches(monkeypatch, run=False, full=True)
-    q, k, v, dout = (torch.randn(1, 1024, 4, d, dtype=torch.bfloat16) for _ in range(4))
-    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
-    lse = dsum = torch.zeros(1, 4, 1024)
-    for value in ("1", "0"):
-        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", value)
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
-    (on, off) = [(launch[5]["ROTATE"], launch[8]) for launch in seen]
+    launches = one_pass_launches(monkeypatch, "FLASHTILE_GLUON_BWD_ROTATE", ("1", "0"), 4, d,
+                                 causal)
+    (on, off) = [(meta["ROTATE"], label) for meta, label in launches]
     assert on[0] is rotated and on[1].endswith(" rotated") is rotated, on
     assert off[0] is False and "rotated" not in off[1], off
 
