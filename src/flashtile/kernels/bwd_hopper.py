@@ -23,7 +23,7 @@ Notation:
   next tile's products; ``SKIP_MASKED`` (:func:`skips_masked`): causal, the second consumer
   skips the item's tiles wholly above its keys; ``SERIAL`` (:func:`serial`): the serial
   order below, with :data:`SERIAL_CONFIGS`; ``ROTATE`` (:func:`rotates`, opt-in): one pass,
-  unmasked items start at their own query tile (:func:`query_tile`);
+  unmasked items start at their own query tile (:func:`item_query_tile`);
 - the *loader* (one warp, 24 registers, :func:`_load_q_do`) streams (Q, dO) by TMA into the ring
   (``ready``; ``empty``: count 2); two *consumers* (a warpgroup each, up to 240 registers,
   ``HALF`` 0/1, :func:`_dkdv_consume`) keep their K and V in shared memory (``kv_bar``); one
@@ -167,7 +167,7 @@ def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_
     folded views, first query tile i0, query tiles per head n_i, tiles in all n_t, Q/dO row
     and column, LSE and D offsets; the strides enter only the offsets). ``ROTATE``
     (unmasked, :func:`rotates`): the item starts at its own query tile, ``tile % n_i``, and
-    wraps around (:func:`query_tile`; told by a negative i0), so that the items of a head
+    wraps around (:func:`item_query_tile`; told by a negative i0), so that the items of a head
     that run at once add their dQ parts into different tiles of the accumulator."""
     tile, bh = fwd_hopper._work_tile(w, n_work, n_ntiles, CAUSAL, False, GROUP)
     off_b = bh // nheads_kv
@@ -188,7 +188,7 @@ def _item(w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_
 
 
 @gluon.jit
-def query_tile(t, i0, n_i):
+def item_query_tile(t, i0, n_i):
     """The query tile of an item's tile t (of query head ``t // n_i`` in the item's group):
     ``i0 + t % n_i``; a negative ``i0`` (:func:`_item`'s ``ROTATE``) starts the item at tile
     ``i0 + n_i`` and wraps around at ``n_i``."""
@@ -204,7 +204,7 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                HEAD_D2: gl.constexpr, ROTATE: gl.constexpr = False):
     """Loader partition: for each of this program's work items (``program_id``,
     ``+ num_programs``, ...), its (Q, dO) tiles t = 0..n_t-1 into one ring (its loads counted
-    across items: slot and phase), where tile t is :func:`query_tile` of the group's query head
+    across items: slot and phase), where tile t is :func:`item_query_tile` of the group's query head
     ``t // n_i``; a slot is refilled only after both consumers released it. A split head dim
     (``HEAD_D2`` > 0) loads each tile's second part into ``q_smem2``/``do_smem2``."""
     it = 0
@@ -224,7 +224,7 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
                    q_col0, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                    NUM_STAGES: gl.constexpr, q_desc2=None, do_desc2=None, q_smem2=None,
                    do_smem2=None):
-    """The ring's load r: a work item's (Q, dO) tile t (:func:`query_tile` of the group's
+    """The ring's load r: a work item's (Q, dO) tile t (:func:`item_query_tile` of the group's
     query head ``t // n_i``, from row ``q_row0`` and column ``q_col0`` of the folded
     views; ``HEAD_D``: the whole head dim) into slot ``r % NUM_STAGES``, once both consumers
     released it (also the d=256 kernel's loader, :mod:`.bwd256_hopper`). Where the head dim
@@ -232,7 +232,7 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
     ``q_desc``'s, into the same slot of ``q_smem2``/``do_smem2``, on the same barrier."""
     slot = r % NUM_STAGES
     mbarrier.wait(empty.index(slot), ((r // NUM_STAGES) & 1) ^ 1)
-    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
+    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D
     bar = ready.index(slot)
     if q_desc2 is None:
@@ -250,8 +250,8 @@ def load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, r, t, i0, n_i
 
 @gluon.jit
 def _query_pos(t, i0, n_i, BLOCK_M: gl.constexpr, col_layout: gl.constexpr):
-    """Sequence positions of tile t's queries (tile t: :func:`query_tile`)."""
-    return query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+    """Sequence positions of tile t's queries (tile t: :func:`item_query_tile`)."""
+    return item_query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
 
 
 @constexpr_function
@@ -414,7 +414,7 @@ def _dq_reduce(dqt, dq_smem, dq_desc, t, i0, n_i, q_row0, q_col0, sm_scale,
     ``(b * sq, hq * d)`` in ``(Q_PART, 64)`` blocks), once the previous tile's reduction has
     read the tile."""
     Q_PART: gl.constexpr = dqt.shape[1]
-    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
+    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D
     if HEAD_D == 64:
         row += HALF * Q_PART
@@ -968,6 +968,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     if dq_acc is not None and not has_one_pass(d):
         raise ValueError(f"the Gluon dK/dV kernel has no one pass at d={d} (has_one_pass)")
     late = dq_acc is not None and dq_late()
+    rotated = rotates(causal, dq_acc is not None)
     # one pass: a TMA block of the accumulator is one consumer's dQ part (at d=64 half the
     # queries); two passes: a stand-in
     first, second = fwd_hopper.head_parts(d)   # (d=96: 64 + 32 columns, else d + 0)
@@ -994,8 +995,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              GROUP=group, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
              SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial_order,
-             ROTATE=rotates(causal, dq_acc is not None)),
+             ROTATE=rotated),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + (" serial" if serial_order else "") + (f" window {-group}" if group < 0 else "")
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ")
-        + (" rotated" if rotates(causal, dq_acc is not None) else ""))
+        + (" rotated" if rotated else ""))

@@ -98,7 +98,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import _item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add, query_tile
+from .bwd_hopper import (_item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add,
+                         item_query_tile)
 from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -156,7 +157,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     do_tile = do_smem.index(slot)
     lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
                              n_i, BLOCK_M, row_layout)
-    q_pos = query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    q_pos = item_query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
     s, dp = warpgroup_mma_wait(0, deps=(s, dp))
     p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
     # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
@@ -188,7 +189,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
     # through its shared tile, once the previous tile's reduction has read it, with dP of
     # t+1 issued before the reduction (into the registers the dQ part leaves)
-    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
+    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
     tma.store_wait(0)
     gl.thread_barrier()             # (every warp's products done before the arrivals)
@@ -224,7 +225,7 @@ def _skipped_tile(r, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free, dq_
     dq = warpgroup_mma(ds_smem.index(1 - HALF + z), k_part, dq_zero, use_acc=False,
                        is_async=True)
     dq = warpgroup_mma_wait(0, deps=(dq,))
-    row = q_row0 + query_tile(t, i0, n_i) * BLOCK_M
+    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
     tma.store_wait(0)
     gl.thread_barrier()
@@ -487,6 +488,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
                                      persistent(causal))
     persist = n_programs < n_work
     group = bwd_hopper.causal_order(q, k, n_ntiles, n_programs) if causal else 1
+    rotated = bwd_hopper.rotates(causal, True)
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,
@@ -495,8 +497,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > hkv),
-             GROUP=group, ROTATE=bwd_hopper.rotates(causal, True)),
+             GROUP=group, ROTATE=rotated),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
         + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
-        + (" rotated" if bwd_hopper.rotates(causal, True) else ""))
+        + (" rotated" if rotated else ""))
