@@ -454,7 +454,7 @@ def test_dq_mode_switch(monkeypatch):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("shape,causal,deterministic,expected", [
-    ((2, 1024, 8, 2, 128), False, False, "+dQ"),
+    ((2, 1024, 8, 2, 128), False, False, "+dQ rotated"),
     ((2, 1024, 8, 8, 64), True, False, None),
     ((1, 2048, 4, 4, 64), True, False, "+dQ"),
     ((2, 512, 8, 8, 64), True, False, None),
@@ -496,7 +496,7 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     first = kernel_grads()
     labels = [meta for role, _, meta in launches if role == "dkdv"]
     assert len(gluon_calls) == 1 and len(labels) == 1
-    if expected == "+dQ" and d == 128:       # (the one pass at d=128: bwdrows_hopper's kernel)
+    if expected in ("+dQ", "+dQ rotated") and d == 128:   # (d=128's one pass: bwdrows_hopper)
         assert plans.gluon_configs["dkdv"].startswith("gluon rows"), plans.gluon_configs
     else:
         assert labels[0]["ONE_PASS"] == (expected is not None), labels[0]
@@ -591,34 +591,35 @@ def test_rotated_items(gluon_calls, monkeypatch, shape, causal, dtype, rows):
 
 
 def test_rotate_rule(monkeypatch):
-    """:func:`bwd_hopper.rotates`: only where asked (``1``; unset, ``auto`` and ``0`` off: not
-    yet measured), for the one pass's unmasked items (two passes add no dQ; causal items
-    start at their diagonal); anything else is refused."""
-    for value in (None, "auto", "0"):
+    """:func:`bwd_hopper.rotates`: by default (unset or ``auto``) at d=128 only, where it
+    measured ahead (session 44; d=64 measured slower); ``1`` / ``0`` force it either way;
+    never for two passes (no dQ added) or causal items (they start at their diagonal);
+    anything else is refused."""
+    for value, expect in ((None, {64: False, 128: True}), ("auto", {64: False, 128: True}),
+                          ("0", {64: False, 128: False}), ("1", {64: True, 128: True})):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROTATE", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", value)
-        assert not bwd_hopper.rotates(False, True)
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", "1")
-    assert bwd_hopper.rotates(False, True)
-    assert not bwd_hopper.rotates(True, True) and not bwd_hopper.rotates(False, False)
+        for d in (64, 128):
+            assert bwd_hopper.rotates(d, False, True) is expect[d], (value, d)
+            assert not bwd_hopper.rotates(d, True, True) and not bwd_hopper.rotates(d, False, False)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROTATE", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROTATE"):
-        bwd_hopper.rotates(False, True)
+        bwd_hopper.rotates(128, False, True)
 
 
-@pytest.mark.parametrize("d,causal,rotated", [(64, False, True), (128, False, True),
-                                              (64, True, False), (128, True, False)])
-def test_rotated_launch(monkeypatch, d, causal, rotated):
-    """The one pass's launch with ``FLASHTILE_GLUON_BWD_ROTATE=1`` (d=64: this module's kernel,
-    d=128: the rows kernel): ``ROTATE`` set and the label saying so where unmasked; unset,
-    neither (the plan keys hold the variable: test_plans). Captured on the CPU."""
-    launches = one_pass_launches(monkeypatch, "FLASHTILE_GLUON_BWD_ROTATE", ("1", "0"), 4, d,
-                                 causal)
-    (on, off) = [(meta["ROTATE"], label) for meta, label in launches]
-    assert on[0] is rotated and on[1].endswith(" rotated") is rotated, on
-    assert off[0] is False and "rotated" not in off[1], off
+@pytest.mark.parametrize("d,causal", [(64, False), (128, False), (64, True), (128, True)])
+def test_rotated_launch(monkeypatch, d, causal):
+    """The one pass's launch (d=64: this module's kernel, d=128: the rows kernel) with
+    ``FLASHTILE_GLUON_BWD_ROTATE`` ``auto`` (rotated at d=128 unmasked), ``1`` (rotated
+    wherever unmasked) and ``0`` (never): ``ROTATE`` and the label say the same (the plan
+    keys hold the variable: test_plans). Captured on the CPU."""
+    launches = one_pass_launches(monkeypatch, "FLASHTILE_GLUON_BWD_ROTATE", ("auto", "1", "0"),
+                                 4, d, causal)
+    expected = [d == 128 and not causal, not causal, False]
+    assert [meta["ROTATE"] for meta, _ in launches] == expected, launches
+    assert [label.endswith(" rotated") for _, label in launches] == expected, launches
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128),
@@ -740,7 +741,7 @@ def test_bench_rows_name_the_gluon_kernel():
     provider.build(case, device)(q, k, v).sum().backward()
     configs = provider.launched_configs(case, device)
     keys, queries, slots = bwdrows_hopper._CONFIGS[128][:3]
-    assert configs["dkdv"] == f"gluon rows {2 * keys}x{queries}/{slots}s +dQ", configs
+    assert configs["dkdv"] == f"gluon rows {2 * keys}x{queries}/{slots}s +dQ rotated", configs
     assert configs["fwd"] == "gluon {}x{}/{}s".format(2 * fwd_hopper.config(128, 512)[0],
                                                       *fwd_hopper.config(128, 512)[1:3]), configs
     assert configs["dq"] == "in the dK/dV pass", configs

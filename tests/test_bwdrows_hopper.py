@@ -56,7 +56,8 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     within budget, one launch, of the rows kernel, and no dQ kernel."""
     grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
     b, s, hq, hkv, d = shape
-    assert label == "gluon rows 128x64/2s +dQ" and meta["CAUSAL"] == causal
+    assert label == "gluon rows 128x64/2s +dQ" + ("" if causal else " rotated"), label
+    assert meta["CAUSAL"] == causal
     assert grid == (b * hkv * s // 128,)
 
 
@@ -119,7 +120,8 @@ def test_rows_grid_rule(monkeypatch):
         ((_, kernel, grid, _, _, meta, _, _, label),) = launches
         launches.clear()
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (expect,), (value, causal)
-        assert meta["PERSISTENT"] == (expect == sms) == label.endswith(" persistent"), label
+        assert meta["PERSISTENT"] == (expect == sms) == (" persistent" in label), label
+        assert meta["ROTATE"] is (not causal) is label.endswith(" rotated"), label
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128)])
@@ -175,7 +177,7 @@ def test_rows_switch_routes_the_one_pass_at_d128(monkeypatch):
         assert bwdrows_hopper.enabled()
         (_, kernel, grid, tiles, _, meta, _, role, label), dq_acc = launched(causal=causal)
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and role == "dkdv"
-        assert label == "gluon rows 128x64/2s +dQ"
+        assert label == "gluon rows 128x64/2s +dQ" + ("" if causal else " rotated"), label
         assert meta["BLOCK_M"] == 64 and meta["BLOCK_N"] == 64 and meta["NUM_STAGES"] == 2
         assert meta["HEAD_D"] == 128 and meta["CAUSAL"] == causal and not meta["PERSISTENT"]
         assert grid == (2 * 2 * 1024 // 128,)        # (b * hkv * items per KV head)

@@ -211,3 +211,35 @@ def test_pinned_forward_config_from_the_environment(monkeypatch):
     monkeypatch.delenv("FLASHTILE_FWD_STAGES")
     monkeypatch.delenv("FLASHTILE_FWD_BLOCK_N")
     assert len(fwd._fwd_configs()) > 1, "without both block sizes the whole list is tuned"
+
+
+def test_forward_pick_pinned_at_d64_causal_short(monkeypatch):
+    """The tile-level forward's tuning list is cut to 64 x 64 / 4 warps / 3 stages for the
+    plain causal call at d=64 up to 1k keys on sm_90 (``fwd._PINNED``: the tuner's other picks
+    there measured 10-60% slower; untuned too), and left whole everywhere else: longer keys, d=128, a
+    window that is not causal, dropout, another GPU. (``interpreting`` and ``is_sm90`` are
+    patched: the list and the capability are the GPU's.)"""
+    from flashtile.kernels import fwd
+    monkeypatch.setattr(fwd, "interpreting", lambda: False)
+    for name in ("FLASHTILE_FWD_BLOCK_M", "FLASHTILE_FWD_BLOCK_N", "FLASHTILE_CONFIG_PICK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FLASHTILE_AUTOTUNE", "1")
+    configs = fwd._fwd_configs()
+    q = torch.empty(1, 2, 2, 64, dtype=torch.bfloat16)
+
+    def picks(sm90=True, bucket=512, head=64, **flags):
+        monkeypatch.setattr(fwd, "is_sm90", lambda device: sm90)
+        kwargs = dict(HEAD_D=head, HEAD_DV=head, HAS_LEFT=False, HAS_RIGHT=True, window_right=0)
+        kept = fwd._fwd_prune(configs, {"Q": q, "seq_bucket": bucket}, **{**kwargs, **flags})
+        return [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages)
+                for c in kept]
+
+    assert picks() == picks(bucket=1024) == [(64, 64, 4, 3)]
+    monkeypatch.setenv("FLASHTILE_AUTOTUNE", "0")      # (untuned: the first that fits)
+    assert picks() == [(64, 64, 4, 3)] and picks(bucket=2048) != picks()
+    monkeypatch.setenv("FLASHTILE_AUTOTUNE", "1")
+    whole = picks(bucket=2048)
+    assert len(whole) == len(configs) > 1
+    for other in (picks(head=128), picks(window_right=8), picks(HAS_RIGHT=False),
+                  picks(HAS_LEFT=True), picks(HAS_DROPOUT=True), picks(sm90=False)):
+        assert len(other) > 1, other

@@ -22,8 +22,8 @@ Notation:
   persistent grid); ``ONE_PASS``: dQ added here; ``DQ_LATE``: a tile's dQ part leaves under the
   next tile's products; ``SKIP_MASKED`` (:func:`skips_masked`): causal, the second consumer
   skips the item's tiles wholly above its keys; ``SERIAL`` (:func:`serial`): the serial
-  order below, with :data:`SERIAL_CONFIGS`; ``ROTATE`` (:func:`rotates`, opt-in): one pass,
-  unmasked items start at their own query tile (:func:`item_query_tile`);
+  order below, with :data:`SERIAL_CONFIGS`; ``ROTATE`` (:func:`rotates`; d=128's rule): one
+  pass, unmasked items start at their own query tile (:func:`item_query_tile`);
 - the *loader* (one warp, 24 registers, :func:`_load_q_do`) streams (Q, dO) by TMA into the ring
   (``ready``; ``empty``: count 2); two *consumers* (a warpgroup each, up to 240 registers,
   ``HALF`` 0/1, :func:`_dkdv_consume`) keep their K and V in shared memory (``kv_bar``); one
@@ -901,7 +901,11 @@ def skips_masked(causal: bool, n_ntiles: int, gqa: bool) -> bool:
     return n_ntiles <= SKIP_UPTO if forced is None else forced
 
 
-def rotates(causal: bool, one_pass: bool) -> bool:
+# Head dims whose unmasked one pass rotates its items by default (:func:`rotates`).
+ROTATE_HEADDIMS = (128,)
+
+
+def rotates(d: int, causal: bool, one_pass: bool) -> bool:
     """Whether each unmasked item of the one pass starts at its own query tile and wraps
     around (the kernels' ``ROTATE``, :func:`_item`), instead of every item at tile 0. Without
     the mask a head's items are neighbours in the order, so at 16k keys up to 128 programs run
@@ -910,10 +914,18 @@ def rotates(causal: bool, one_pass: bool) -> bool:
     running at once add into different tiles (causal items already start at their own
     diagonal). Suggested by issue 7's grid (session 41, H100, bf16): the unmasked backward's
     kernels fall behind cuDNN's as the items of a head grow in number (d=128: 0.96x at 512,
-    0.95x at 4k, 0.91x at 8k, 0.78x at 16k; d=64 1.08x to 0.85x) while the causal ones hold
-    (0.96-0.97x to 8k). Opt-in, not yet measured: ``FLASHTILE_GLUON_BWD_ROTATE=1`` (``0``,
-    unset or ``auto``: off)."""
-    return bool(env_forced("FLASHTILE_GLUON_BWD_ROTATE")) and one_pass and not causal
+    0.95x at 4k, 0.91x at 8k, 0.78x at 16k; d=64 1.08x to 0.85x) while the causal ones hold.
+
+    Measured (session 44, H100, bf16, backward kernel sums, two alternating rounds, two
+    calls): d=128 (the rows kernel, :mod:`.bwdrows_hopper`) -2.1% at 1k, -5.6% at 2k, -0.5%
+    at 4k, -3.8% at 8k, -5.4% and -4.3% at 16k, so it is the rule there
+    (:data:`ROTATE_HEADDIMS`); d=64 (this module's serial order, whose spills grow from 264 to
+    356 B rotated) +7.7% at 1k, +8.8% at 4k, +7.6% at 16k: off. ``FLASHTILE_GLUON_BWD_ROTATE``
+    ``1`` / ``0`` forces it either way (unset or ``auto``: the rule)."""
+    forced = env_forced("FLASHTILE_GLUON_BWD_ROTATE")
+    if causal or not one_pass:
+        return False
+    return d in ROTATE_HEADDIMS if forced is None else forced
 
 
 def work_tiles(q: torch.Tensor, k: torch.Tensor) -> int:
@@ -968,7 +980,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     if dq_acc is not None and not has_one_pass(d):
         raise ValueError(f"the Gluon dK/dV kernel has no one pass at d={d} (has_one_pass)")
     late = dq_acc is not None and dq_late()
-    rotated = rotates(causal, dq_acc is not None)
+    rotated = rotates(d, causal, dq_acc is not None)
     # one pass: a TMA block of the accumulator is one consumer's dQ part (at d=64 half the
     # queries); two passes: a stand-in
     first, second = fwd_hopper.head_parts(d)   # (d=96: 64 + 32 columns, else d + 0)

@@ -488,7 +488,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
                                      persistent(causal))
     persist = n_programs < n_work
     group = bwd_hopper.causal_order(q, k, n_ntiles, n_programs) if causal else 1
-    rotated = bwd_hopper.rotates(causal, True)
+    rotated = bwd_hopper.rotates(d, causal, True)
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,

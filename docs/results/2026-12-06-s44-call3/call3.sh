@@ -1,0 +1,4 @@
+# Session 44, call 3 (inline, recorded here): issue 7's grid in fp16, two rounds, cuDNN in
+# the same run; then d=128 unmasked forward+backward 1k/4k/16k fp16 with the rotated one pass
+# forced (FLASHTILE_GLUON_BWD_ROTATE=1), against cuDNN in the same run.
+export OUT PYTHONPATH=$PWD/src; O=$OUT; timeout 300 python3 -m flashtile bench --providers flashtile,cudnn --mode fwd,fwdbwd --causal both --seqlens 512,1k,2k,4k,8k,16k --kernel-times --headdims 64,128 --rounds 2 --dtype fp16 --out $O/grid > $O/grid.log 2>&1; echo "grid rc $?"; grep -E "geomean|WRONG" $O/grid.log; FLASHTILE_GLUON_BWD_ROTATE=1 timeout 100 python3 -m flashtile bench --providers flashtile,cudnn --mode fwdbwd --causal no --seqlens 1k,4k,16k --kernel-times --headdims 128 --rounds 2 --dtype fp16 --no-plot --out $O/rot > $O/rot.log 2>&1; echo "rot rc $?"; grep -E "geomean|WRONG" $O/rot.log; python3 scripts/grid_table.py $O/grid/bench-*.json | tail -12
