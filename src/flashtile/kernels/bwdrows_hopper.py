@@ -82,6 +82,9 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
   released before the first dS hand-over, more than the ring's 2 slots; each is now released
   just before its hand-over), then, mended, 1.075x / 1.132x of no skip at 8:1 causal 512 /
   1k (session 34): removed;
+- unmasked items rotated (``ROTATE``, :func:`.bwd_hopper.rotates`: each starts at its own query
+  tile, so that a head's items running at once add dQ into different accumulator tiles):
+  -0.5% to -5.6% at 1k-16k (session 44, H100, two calls), the default;
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
