@@ -97,10 +97,12 @@ def test_rows_grid_rule(monkeypatch):
     """The rows kernel's grid (:func:`bwdrows_hopper.persistent`): with more items than SMs
     (256 here; the H200's 132 SMs off a GPU), one program per SM unmasked (``PERSISTENT``:
     the next item's K/V load overlaps dK/dV's staging tiles; labelled so), one per item
-    causal; ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either. Runs on the CPU: the
-    launches are captured, not made."""
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_CONFIG", raising=False)
+    causal; ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces either; unmasked items rotated
+    (:func:`bwd_hopper.rotates`, d=128's rule). Runs on the CPU: the launches are captured,
+    not made."""
+    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_ROTATE"):
+        monkeypatch.delenv(name, raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
     sms = common.sm_count(torch.device("cpu"))
     q = torch.randn(2, 4096, 8, 128, dtype=torch.bfloat16)
