@@ -29,3 +29,11 @@ timeout 300 python3 -m flashtile bench --providers flashtile,cudnn --mode fwd,fw
 grep -E "geomean|WRONG" $OUT/grid.log; python3 scripts/grid_table.py $OUT/grid/bench-*.json | tail -12
 #
 # Call B (~200 s): the grid in fp16 (DTYPE=fp16, the bench line of call A alone).
+#
+# Call C (~150 s): the backward alone against cuDNN's, and inside forward+backward (perf.md
+# session 44, "Next session" 2: the d=128 16k rows kernel took 12.1-12.4 ms inside the grid's
+# forward+backward and 10.7-11.1 ms alone; cuDNN's backward 10.2-10.3 ms in the grid).
+# Prediction: if it is the card's clock, cuDNN's backward alone is ~10% faster than inside too.
+# timeout 200 python3 -m flashtile bench --providers flashtile,cudnn --mode bwd,fwdbwd \
+#   --causal no --headdims 64,128 --seqlens 4k,16k --kernel-times --rounds 2 --dtype bf16 \
+#   --out $OUT/bwd > $OUT/bwd.log 2>&1; echo "bwd rc $?"; grep -E "geomean|WRONG" $OUT/bwd.log
