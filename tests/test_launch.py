@@ -216,9 +216,9 @@ def test_pinned_forward_config_from_the_environment(monkeypatch):
 def test_forward_pick_pinned_at_d64_causal_short(monkeypatch):
     """The tile-level forward's tuning list is cut to 64 x 64 / 4 warps / 3 stages for the
     plain causal call at d=64 up to 1k keys on sm_90 (``fwd._PINNED``: the tuner's other picks
-    there measured 10-60% slower; untuned too), and left whole everywhere else: longer keys, d=128, a
-    window that is not causal, dropout, another GPU. (``interpreting`` and ``is_sm90`` are
-    patched: the list and the capability are the GPU's.)"""
+    there measured 10-60% slower; untuned too), and left whole everywhere else: longer keys,
+    d=128, a window with a left bound or none at all, dropout, another GPU. (``interpreting``
+    and ``is_sm90`` are patched: the list and the capability are the GPU's.)"""
     from flashtile.kernels import fwd
     monkeypatch.setattr(fwd, "interpreting", lambda: False)
     for name in ("FLASHTILE_FWD_BLOCK_M", "FLASHTILE_FWD_BLOCK_N", "FLASHTILE_CONFIG_PICK"):
@@ -240,6 +240,7 @@ def test_forward_pick_pinned_at_d64_causal_short(monkeypatch):
     monkeypatch.setenv("FLASHTILE_AUTOTUNE", "1")
     whole = picks(bucket=2048)
     assert len(whole) == len(configs) > 1
-    for other in (picks(head=128), picks(window_right=8), picks(HAS_RIGHT=False),
+    assert picks(window_right=8) == picks()      # (one tuning key: the bound is not in it)
+    for other in (picks(head=128), picks(HAS_RIGHT=False),
                   picks(HAS_LEFT=True), picks(HAS_DROPOUT=True), picks(sm90=False)):
         assert len(other) > 1, other

@@ -304,11 +304,12 @@ _PINNED = {"shape": (64, 64, 4, 3), "head": 64, "up_to": 1024,
 
 def _fwd_prune(configs, named_args, **kwargs):
     """:func:`prune_configs`, of :data:`_PINNED`'s config alone for the calls it names (also
-    with autotuning off, ``FLASHTILE_AUTOTUNE=0``)."""
+    with autotuning off, ``FLASHTILE_AUTOTUNE=0``). Causal is a right bound without a left one
+    (``HAS_RIGHT``, not ``HAS_LEFT``); the bound's value is not in the tuning key, so every such
+    call shares the causal call's pick and is pinned alike."""
     q = named_args.get("Q")
     if (kwargs.get("HEAD_D") == kwargs.get("HEAD_DV") == _PINNED["head"]
-            and kwargs.get("HAS_RIGHT") and kwargs.get("window_right") == 0   # (causal)
-            and not any(kwargs.get(k) for k in _PINNED["off"])
+            and kwargs.get("HAS_RIGHT") and not any(kwargs.get(k) for k in _PINNED["off"])
             and named_args.get("seq_bucket", 0) <= _PINNED["up_to"]
             and isinstance(q, torch.Tensor) and is_sm90(q.device)):
         configs = [c for c in configs if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps,
