@@ -20,6 +20,7 @@ grep -E "^FAILED|^ERROR" $OUT/bwd-tests.log | head -20; tail -1 $OUT/bwd-tests.l
 # bf16 grid, two rounds, cuDNN in the same run. Expected against session 44's grid: d=128
 # unmasked fwd+bwd at 2k-16k up 2-5% by kernels (the rotation); fp16 (call B) d=64 causal
 # fwd 512/1k back to ~0.87x/0.89x (the pin; 0.80x/0.84x with the tuner's 128x64/8w/3s pick).
+export PYTHONPATH=$PWD/src
 timeout -s INT 250 python3 -m pytest -v -rf -n 8 -p no:cacheprovider tests/test_fwd_hopper.py \
   "tests/test_kernels.py::test_gpu_matrix" > $OUT/fwd-tests.log 2>&1; echo "fwd tests rc $?"
 grep -E "^FAILED|^ERROR" $OUT/fwd-tests.log | head
@@ -34,6 +35,7 @@ grep -E "geomean|WRONG" $OUT/grid.log; python3 scripts/grid_table.py $OUT/grid/b
 # session 44, "Next session" 2: the d=128 16k rows kernel took 12.1-12.4 ms inside the grid's
 # forward+backward and 10.7-11.1 ms alone; cuDNN's backward 10.2-10.3 ms in the grid).
 # Prediction: if it is the card's clock, cuDNN's backward alone is ~10% faster than inside too.
+# export PYTHONPATH=$PWD/src
 # timeout 200 python3 -m flashtile bench --providers flashtile,cudnn --mode bwd,fwdbwd \
 #   --causal no --headdims 64,128 --seqlens 4k,16k --kernel-times --rounds 2 --dtype bf16 \
 #   --out $OUT/bwd > $OUT/bwd.log 2>&1; echo "bwd rc $?"; grep -E "geomean|WRONG" $OUT/bwd.log
