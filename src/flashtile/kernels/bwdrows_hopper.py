@@ -101,7 +101,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import (_item, _load_kv, _load_q_do, _row_stats, _tma_reduce_add,
+from .bwd_hopper import (_item, _load_kv, _load_q_do, _query_pos, _row_stats, _tma_reduce_add,
                          item_query_tile)
 from .common import env_forced
 
@@ -160,7 +160,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     do_tile = do_smem.index(slot)
     lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
                              n_i, BLOCK_M, row_layout)
-    q_pos = item_query_tile(t, i0, n_i) * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    q_pos = _query_pos(t, i0, n_i, BLOCK_M, row_layout)
     s, dp = warpgroup_mma_wait(0, deps=(s, dp))
     p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
     # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
