@@ -4,7 +4,7 @@
 # rotated one pass at d=128 unmasked). The SM clock, power and throttle reasons are sampled
 # every 200 ms alongside (clocks.csv), to tell the card's clock from a kernel's time.
 export PYTHONPATH=$PWD/src; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
-timeout -s INT 280 python3 -m pytest -v -rf -n 8 -p no:cacheprovider tests/test_fwd_hopper.py \
+timeout -s INT 280 python3 -m pytest -v -rf -n 12 -p no:cacheprovider tests/test_fwd_hopper.py \
   "tests/test_kernels.py::test_gpu_matrix" > $OUT/fwd-tests.log 2>&1; echo "fwd tests rc $?"
 grep -E "^FAILED|^ERROR" $OUT/fwd-tests.log | head; tail -1 $OUT/fwd-tests.log
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
