@@ -362,6 +362,10 @@ def _bad(case):
                                    dict(score_mod=lambda s, b, h, qi, ki: qi >= ki)),
         "score-mod-not-callable": (TypeError, "score_mod must be a function",
                                    dict(score_mod=2.0)),
+        "score-mod-one-argument": (TypeError, r"score_mod must take 5 arguments \(score, b, h",
+                                   dict(score_mod=lambda s: s)),
+        "score-mod-is-a-mask-mod": (TypeError, "looks like a mask_mod",
+                                    dict(score_mod=lambda b, h, qi, ki: qi >= ki)),
         "score-mod-changes-shape": (ValueError, "elementwise",
                                     dict(score_mod=lambda s, b, h, qi, ki: s.expand(2, 2, 2, 2))),
         "scale-string": (TypeError, "scale", dict(scale="0.1")),
@@ -375,7 +379,8 @@ def _bad(case):
 
 BAD = ["mask-other-lengths", "mask-other-batch", "mask-other-heads", "mask-other-device",
        "mask-not-blockmask", "mask-mod-returns-float", "score-mod-returns-bool",
-       "score-mod-not-callable", "score-mod-changes-shape", "scale-string", "dropout-one",
+       "score-mod-not-callable", "score-mod-one-argument", "score-mod-is-a-mask-mod",
+       "score-mod-changes-shape", "scale-string", "dropout-one",
        "enable-gqa-int", "return-lse-none"]
 
 

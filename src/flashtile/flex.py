@@ -17,7 +17,7 @@ import torch
 from . import _validate as V
 from .autograd import attention
 from .backend import resolve
-from .masks import BlockMask, _check_mask_result, _mod_name, noop_mask
+from .masks import BlockMask, _check_arity, _check_mask_result, _mod_name, noop_mask
 from .params import AttentionParams
 from .reference.philox import draw_seed_offset
 
@@ -144,6 +144,9 @@ def _check_score_mod(score_mod, query: torch.Tensor) -> None:
     if not callable(score_mod):
         raise TypeError(f"score_mod must be a function score_mod(score, b, h, q_idx, kv_idx) -> "
                         f"score, got {type(score_mod).__name__}")
+    _check_arity(score_mod, "flex_attention", "score_mod", ("score", "b", "h", "q_idx", "kv_idx"),
+                 {4: " (4 arguments looks like a mask_mod(b, h, q_idx, kv_idx): pass it to "
+                     "create_block_mask and give flex_attention the block_mask)"})
     idx = torch.zeros((1, 1, 1, 1), dtype=torch.int64, device=query.device)
     score = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=query.device)
     name = _mod_name(score_mod)

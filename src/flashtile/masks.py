@@ -116,19 +116,28 @@ def _check_mask_mod(mask_mod, where: str) -> None:
     if not callable(mask_mod):
         raise TypeError(f"{where}: mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> "
                         f"bool tensor, got {type(mask_mod).__name__}")
+    _check_arity(mask_mod, where, "mask_mod", ("b", "h", "q_idx", "kv_idx"),
+                 {5: " (5 arguments looks like a score_mod(score, b, h, q_idx, kv_idx): pass "
+                     "it to flex_attention(score_mod=...) instead)"})
+
+
+def _check_arity(fn, where: str, kind: str, names: tuple[str, ...],
+                 hints: dict[int, str]) -> None:
+    """A mod that cannot take ``len(names)`` positional arguments is a clear ``TypeError``
+    naming them (``hints``: an extra line by required-argument count); callables whose
+    signature cannot be read (builtins) pass, to be tried."""
     try:
-        params = inspect.signature(mask_mod).parameters.values()
+        params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):      # builtins, some C callables: cannot tell, try it
         return
     positional = [p for p in params
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     variadic = any(p.kind == p.VAR_POSITIONAL for p in params)
     required = [p for p in positional if p.default is p.empty]
-    if not variadic and (len(required) > 4 or len(positional) < 4):
-        hint = (" (5 arguments looks like a score_mod(score, b, h, q_idx, kv_idx): pass it to "
-                "flex_attention(score_mod=...) instead)" if len(required) == 5 else "")
-        raise TypeError(f"{where}: mask_mod must take 4 arguments (b, h, q_idx, kv_idx), "
-                        f"{_mod_name(mask_mod)} takes {len(positional)}{hint}")
+    n = len(names)
+    if not variadic and (len(required) > n or len(positional) < n):
+        raise TypeError(f"{where}: {kind} must take {n} arguments ({', '.join(names)}), "
+                        f"{_mod_name(fn)} takes {len(positional)}{hints.get(len(required), '')}")
 
 
 def _check_mask_result(result, target: tuple[int, ...], mask_mod) -> torch.Tensor:
