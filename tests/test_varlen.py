@@ -8,7 +8,7 @@ import torch
 from utils import DEVICE, DTYPE, FLOOR, assert_within_budget
 
 import flashtile
-from flashtile import attention_reference, flash_attn_varlen_func
+from flashtile import attention_reference, flash_attn_func, flash_attn_varlen_func
 from flashtile.interface import _flash_params
 
 
@@ -151,6 +151,17 @@ def test_varlen_max_seqlen_too_small():
         flash_attn_varlen_func(q, q, q, cu, cu, 9, 10)
     with pytest.raises(ValueError, match="same batch"):
         flash_attn_varlen_func(q, q, q, cu, _cu([10, 10]), 10, 10)
+
+
+def test_varlen_padded_layout_is_pointed_to_the_packed_one():
+    """A (batch, seqlen, nheads, headdim) tensor given to the varlen API gets the reshape that
+    packs it, not the dense API's hint to add a batch axis."""
+    q = torch.randn(2, 10, 2, 16, device=DEVICE, dtype=DTYPE)
+    cu = _cu([10, 10])
+    with pytest.raises(ValueError, match=r"3 dimensions .*q\.reshape\(-1, \*q\.shape\[-2:\]\)"):
+        flash_attn_varlen_func(q, q, q, cu, cu, 10, 10)
+    with pytest.raises(ValueError, match=r"4 dimensions .*q\.unsqueeze\(0\)"):
+        flash_attn_func(q[0], q, q)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
