@@ -18,9 +18,12 @@ def check_tensor(name: str, x, ndim: int, layout: str) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}")
     if x.dim() != ndim:
-        fix = (f"e.g. {name}.unsqueeze(0) if the batch axis is missing" if x.dim() == ndim - 1 else
-               f"e.g. {name}.reshape(-1, *{name}.shape[-2:]) to pack (batch, seqlen) into "
-               "one axis" if ndim == 3 and x.dim() == 4 else "add or remove dimensions")
+        fix = "add or remove dimensions"
+        if x.dim() == ndim - 1:
+            fix = f"e.g. {name}.unsqueeze(0) if the batch axis is missing"
+        elif ndim == 3 and x.dim() == 4:        # a padded batch given to a packed (varlen) API
+            fix = (f"e.g. {name}.reshape(-1, *{name}.shape[-2:]) to pack (batch, seqlen) into "
+                   "one axis")
         raise ValueError(f"{name} must have {ndim} dimensions {layout}, got shape "
                          f"{tuple(x.shape)}; {fix}")
     if x.numel() == 0:
