@@ -292,10 +292,11 @@ def _fwd_configs():
 
 # Where the autotuner's pick measured wrong, the config that measured fastest: the plain
 # causal forward at d=64 up to 1k keys on sm_90 (issue 7's points the Gluon forward leaves to
-# this kernel). 64 x 64 / 4 warps / 3 stages in every grid run since session 9 (bf16 and fp16,
-# H100 and H200); the tuner's other picks there (128x64/8w/3s in sessions 12 and 44, 128x32,
-# 128x128) measured 10-60% slower in the runs that took them (session 44, fp16: 165.9 against
-# 147.8 us at 512, 247.6 against 232.0 at 1k). Graph replays with a warm L2 (graph_bench) rank
+# this kernel). 64 x 64 / 4 warps / 3 stages took 145-166 us at 512 keys and 224-255 at 1k in
+# the grid runs since session 9 that picked it (bf16 and fp16, H100 and H200); the tuner's
+# other picks there (128x64/8w/3s in sessions 12 and 44, 128x32/4w/4s, 128x128/8w in session
+# 15) took 166-262 us at 512 and 248-350 at 1k in the runs that picked them (session 44, fp16:
+# 165.9 against session 41's 147.8 at 512). Graph replays with a warm L2 (graph_bench) rank
 # these configs close; the calls themselves come with a cold one.
 _PINNED = {"shape": (64, 64, 4, 3), "head": 64, "up_to": 1024,
            "off": ("HAS_LEFT", "HAS_SOFTCAP", "HAS_ALIBI", "HAS_DROPOUT", "IS_VARLEN", "HAS_BIAS",
