@@ -10,7 +10,8 @@ A round's ratio compares the two providers' calls of the same round (timed back 
 ``--lines`` prints each point's kernel times (µs; call times where the JSON has no kernel
 times), their ratio, the subject's kernel configs and its float64 check, one line a point:
 what an A/B call's log shows per variant; ``--split`` adds each round's kernel times by kernel
-name (bench JSON from session 41 on).
+name (bench JSON from session 41 on); a ``--power`` JSON adds each provider's SM clock,
+power and share of samples held by the power cap.
 """
 
 from __future__ import annotations
@@ -69,6 +70,12 @@ def table(path: Path, subject: str, base: str) -> list[str]:
     return lines
 
 
+def _power(row: dict) -> str:
+    """``1650 MHz 691 W capped 80%``: a ``--power`` row's clock, power and limited share."""
+    return (f"{row['sm_mhz']:.0f} MHz {row['watts']:.0f} W capped "
+            f"{100 * row['power_capped']:.0f}%")
+
+
 def point_lines(path: Path, subject: str, base: str, split: bool = False) -> list[str]:
     """One line per point of ``subject`` in one bench JSON: kernel (or call) times of both
     providers, base over subject, configs and check; with ``split``, under it each round's
@@ -88,7 +95,12 @@ def point_lines(path: Path, subject: str, base: str, split: bool = False) -> lis
             line += (f"  {base} {other[field] * 1e3:8.1f} us  ratio "
                      f"{other[field] / ours[field]:.3f}")
         check = (ours.get("check") or {}).get("status", "-")
-        lines.append(f"{line}  ({field}) {ours.get('configs') or {}} check {check}")
+        line += f"  ({field}) {ours.get('configs') or {}} check {check}"
+        if ours.get("sm_mhz") is not None:          # (--power)
+            line += f"  {subject} {_power(ours)}"
+            if other is not None and other.get("sm_mhz") is not None:
+                line += f", {base} {_power(other)}"
+        lines.append(line)
         for row in (ours, other) if split else ():
             for i, parts in enumerate((row or {}).get("kernel_split_rounds") or []):
                 lines.append(f"    {row['provider']} round {i + 1}: " + ", ".join(

@@ -492,6 +492,13 @@ def test_grid_table_from_bench_json(tmp_path):
     lines = _run("grid_table.py", "--lines", "--split", str(path)).splitlines()
     assert lines[1:3] == ["    flashtile round 1: _fwd 150.0 us, _pre 40.0 us",
                           "    flashtile round 2: _fwd 200.0 us"], lines
+    results[0].update(sm_mhz=1650.0, watts=690.6, power_capped=0.8)          # (--power)
+    results[1].update(sm_mhz=1980.0, watts=412.0, power_capped=0.0)
+    path.write_text(json.dumps({"meta": {}, "results": results}))
+    lines = _run("grid_table.py", "--lines", str(path)).splitlines()
+    assert lines[0].endswith("check ok  flashtile 1650 MHz 691 W capped 80%, sdpa-cudnn "
+                             "1980 MHz 412 W capped 0%"), lines
+    assert "MHz" not in lines[1], lines
 
 
 def test_order_model_reads_the_causal_orders():

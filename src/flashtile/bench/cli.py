@@ -20,6 +20,7 @@ examples:
   flashtile bench --seqlens 65536 --batch 1 --nheads 16 --headdims 128 \\
                   --mode fwdbwd --causal no --memory --providers flashtile,cudnn,flash,eager
   flashtile bench --seqlens 512,1k --kernel-times   # kernels alone beside the full call
+  flashtile bench --full --rounds 2 --power         # and the SM clock / power while timed
   flashtile bench --list-providers
 
 providers: flashtile, sdpa-cudnn (cudnn), sdpa-flash (flash), sdpa-efficient (efficient),
@@ -40,6 +41,7 @@ import torch
 from . import providers as P
 from . import report as R
 from .cases import DTYPES, MODES, BenchCase, GridSpec, build_cases
+from .power import open_source
 from .runner import RunOptions, run_grid
 
 FULL_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -171,6 +173,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="also time each call's GPU work alone (its kernels' summed device "
                            "times, torch profiler): where the host bounds a call (short "
                            "sequences) this separates the kernels from the launch path")
+    what.add_argument("--power", action="store_true",
+                      help="sample the GPU's SM clock and board power (NVML) while each point "
+                           "is timed: at the card's power limit the clock falls, and a time "
+                           "can be the clock's rather than the kernel's (JSON: sm_mhz, watts, "
+                           "power_capped)")
     what.add_argument("--check-only", action="store_true",
                       help="check every provider against the reference, time nothing")
     what.add_argument("--list-providers", action="store_true",
@@ -278,9 +285,13 @@ def resolve_config(args) -> Config:
         notes.append("--memory measures CUDA allocations only; nothing to report on CPU")
     if args.kernel_times and device.type != "cuda":
         notes.append("--kernel-times reads CUDA kernels' device times; nothing to report on CPU")
+    if args.power:
+        _source, why_not = open_source(device)
+        if why_not:
+            notes.append(why_not)
     options = RunOptions(device=device, providers=names, warmup_ms=args.warmup, rep_ms=args.rep,
                          memory=args.memory, check_only=args.check_only,
-                         kernel_times=args.kernel_times, rounds=args.rounds)
+                         kernel_times=args.kernel_times, rounds=args.rounds, power=args.power)
     preset = "quick" if quick else ("full" if args.full else "custom")
     return Config(spec=spec, options=options, subject=subject, preset=preset,
                   notes=tuple(notes))

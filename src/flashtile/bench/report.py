@@ -16,6 +16,7 @@ import torch
 
 from .cases import FLOP_CONVENTION, BenchCase, GridSpec
 from .check import FLOOR_GRAD_FACTOR, FLOORS
+from .power import PERIOD_S
 from .providers import CUDNN, GIB, PROVIDERS
 from .runner import Measurement, RunOptions
 
@@ -84,7 +85,12 @@ def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
                      if options.kernel_times and options.device.type == "cuda" else "")
                   + (f"; median of {options.rounds} rounds, the providers in turn at each "
                      f"point (reversed every other round); ms_rounds holds each round"
-                     if options.rounds > 1 and not options.check_only else ""),
+                     if options.rounds > 1 and not options.check_only else "")
+                  + ("; sm_mhz / watts / power_capped: the SM clock (median), board power "
+                     "(mean) and share of samples held by a power or thermal limit while "
+                     f"do_bench ran (NVML, every {PERIOD_S * 1e3:g} ms); power_rounds: "
+                     "each round's"
+                     if options.power and options.device.type == "cuda" else ""),
         "rounds": options.rounds,
         "check_rule": CHECK_RULE,
         "providers": {name: PROVIDERS[name].description for name in options.providers},
@@ -146,6 +152,9 @@ def _cell(m: Measurement, best: bool, memory: bool) -> str:
             text += f"\n[magenta]kernels {m.kernel_ms:.3f} ms[/]"
         if m.spread is not None:
             text += f"\n[dim]{len(m.ms_rounds)} rounds ±{50 * m.spread:.1f}%[/]"
+        if m.power is not None:
+            capped = f", capped {m.power.capped:.0%}" if m.power.capped else ""
+            text += f"\n[yellow]{m.power.sm_mhz:.0f} MHz, {m.power.watts:.0f} W{capped}[/]"
         if memory and m.peak_memory is not None:
             text += f"\n[cyan]{_format_bytes(m.peak_memory)}[/]"
         return f"[bold green]{text}[/]" if best else text

@@ -19,6 +19,7 @@ import torch
 
 from .cases import BenchCase
 from .check import Checker, CheckResult
+from .power import PowerReading, PowerSampler, PowerSource, open_source
 from .providers import CUDNN, GIB, PROVIDERS, Provider
 from .timing import kernel_times, make_timed_call, median_ms, peak_extra_memory
 
@@ -36,6 +37,7 @@ class RunOptions:
     check_only: bool = False
     kernel_times: bool = False
     rounds: int = 1
+    power: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,9 @@ class Measurement:
     ``vs_cudnn_kernels`` the same ratio as ``vs_cudnn`` from those times. ``ms`` and
     ``kernel_ms`` are the medians of the rounds' times, kept in ``ms_rounds`` and
     ``kernel_ms_rounds`` (one each with ``rounds`` = 1); ``kernel_split_rounds``: each round's
-    kernel time by kernel name (:func:`.timing.kernel_times`).
+    kernel time by kernel name (:func:`.timing.kernel_times`). ``power`` (``--power``): the
+    card's SM clock and power while the call was timed (:mod:`.power`), the median of the
+    rounds' readings in ``power_rounds``.
     """
 
     provider: str
@@ -68,6 +72,8 @@ class Measurement:
     kernel_ms_rounds: tuple[float, ...] | None = None
     kernel_split: dict[str, float] | None = None
     kernel_split_rounds: tuple[dict[str, float], ...] | None = None
+    power: PowerReading | None = None
+    power_rounds: tuple[PowerReading, ...] | None = None
 
     @property
     def spread(self) -> float | None:
@@ -96,7 +102,12 @@ class Measurement:
                "configs": self.configs, "kernel_ms": self.kernel_ms,
                "kernel_tflops": self.kernel_tflops, "vs_cudnn_kernels": self.vs_cudnn_kernels,
                "ms_rounds": self.ms_rounds, "kernel_ms_rounds": self.kernel_ms_rounds,
-               "kernel_split_rounds": self.kernel_split_rounds}
+               "kernel_split_rounds": self.kernel_split_rounds,
+               "sm_mhz": self.power.sm_mhz if self.power else None,
+               "watts": self.power.watts if self.power else None,
+               "power_capped": self.power.capped if self.power else None,
+               "power_rounds": ([p.as_dict() for p in self.power_rounds]
+                                if self.power_rounds else None)}
         row["check"] = self.check.as_dict() if self.check is not None else None
         return row
 
@@ -128,22 +139,30 @@ def _too_big(provider: Provider, case: BenchCase, device: torch.device) -> str |
     return None
 
 
-def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:
-    """Time one checked provider; failures become ``n/a``/``error``."""
+def _time(provider: Provider, case: BenchCase, options: RunOptions,
+          power: PowerSource | None = None) -> Measurement:
+    """Time one checked provider; failures become ``n/a``/``error``. With a ``power`` source
+    the card's clock and power are sampled while :func:`median_ms` runs (nothing else)."""
     device = options.device
     call = None
+    sampler = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with provider.context():
                 call = make_timed_call(provider, case, device)
                 memory = peak_extra_memory(call, device) if options.memory else None
-                ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
+                if power is not None:
+                    with PowerSampler(power) as sampler:
+                        ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
+                else:
+                    ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
                 kernels = kernel_times(call, device) if options.kernel_times else None
             return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory,
                                configs=provider.launched_configs(case, device),
                                kernel_ms=kernels[0] if kernels else None,
-                               kernel_split=kernels[1] if kernels else None)
+                               kernel_split=kernels[1] if kernels else None,
+                               power=sampler.reading if sampler else None)
         except Exception as exc:  # reported, never raised
             reason = provider.explain_failure(exc, [str(w.message) for w in caught])
             status = "n/a" if reason is not None else "error"
@@ -155,7 +174,7 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measureme
 
 
 def measure(provider: Provider, case: BenchCase, checker: Checker,
-            options: RunOptions) -> Measurement:
+            options: RunOptions, power: PowerSource | None = None) -> Measurement:
     """Check, then (unless ``--check-only`` or the check failed) time one provider at one case."""
     reason = provider.unavailable(case, options.device) or _too_big(provider, case,
                                                                      options.device)
@@ -167,7 +186,7 @@ def measure(provider: Provider, case: BenchCase, checker: Checker,
         return Measurement(provider.name, case, check.status, reason=check.reason, check=check)
     if options.check_only:
         return Measurement(provider.name, case, "checked", check=check)
-    return replace(_time(provider, case, options), check=check)
+    return replace(_time(provider, case, options, power), check=check)
 
 
 def add_ratios(measurements: list[Measurement]) -> list[Measurement]:
@@ -203,6 +222,7 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
     rounds = 1 if options.check_only else options.rounds
+    power = open_source(options.device)[0] if options.power and not options.check_only else None
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("benchmark",
                                  total=len(cases) * len(options.providers) * rounds)
@@ -220,9 +240,10 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
                         progress.update(task, description=f"{case.label()} {name:<14}{label}")
                         if turn == 0:
                             first[name] = _measure_safely(PROVIDERS[name], case, checker,
-                                                          options)
+                                                          options, power)
                         elif first[name].status == "ok":
-                            more[name].append(_time_safely(PROVIDERS[name], case, options))
+                            more[name].append(_time_safely(PROVIDERS[name], case, options,
+                                                           power))
                         progress.advance(task)
                 measurements += [median_round(first[name], more[name]) for name in first]
                 first = {}
@@ -235,24 +256,33 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
 
 
 def median_round(first: Measurement, more: list[Measurement]) -> Measurement:
-    """``first`` (round 0: checked, and timed if right) with ``ms`` and ``kernel_ms`` the
-    medians over it and the later rounds that timed without failing."""
+    """``first`` (round 0: checked, and timed if right) with ``ms``, ``kernel_ms`` and each
+    field of ``power`` the medians over it and the later rounds that timed without failing."""
     if first.status != "ok":
         return first
     ms = (first.ms, *(m.ms for m in more if m.status == "ok"))
     timed = [first, *(m for m in more if m.status == "ok")]
     kernels = tuple(m.kernel_ms for m in timed if m.kernel_ms is not None)
     splits = tuple(m.kernel_split for m in timed if m.kernel_split is not None)
+    readings = tuple(m.power for m in timed if m.power is not None)
+    power = None
+    if readings:
+        power = PowerReading(sm_mhz=statistics.median(r.sm_mhz for r in readings),
+                             watts=statistics.median(r.watts for r in readings),
+                             capped=statistics.median(r.capped for r in readings),
+                             samples=sum(r.samples for r in readings))
     return replace(first, ms=statistics.median(ms), ms_rounds=ms,
                    kernel_ms=statistics.median(kernels) if kernels else None,
-                   kernel_ms_rounds=kernels or None, kernel_split_rounds=splits or None)
+                   kernel_ms_rounds=kernels or None, kernel_split_rounds=splits or None,
+                   power=power, power_rounds=readings or None)
 
 
-def _time_safely(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:
+def _time_safely(provider: Provider, case: BenchCase, options: RunOptions,
+                 power: PowerSource | None = None) -> Measurement:
     """:func:`_time` for a later round, which reports what it did not anticipate as
     ``error`` (that round is then left out of the median)."""
     try:
-        return _time(provider, case, options)
+        return _time(provider, case, options, power)
     except Exception as exc:  # noqa: BLE001
         release_cached_memory(options.device)
         return Measurement(provider.name, case, "error",
@@ -260,11 +290,11 @@ def _time_safely(provider: Provider, case: BenchCase, options: RunOptions) -> Me
 
 
 def _measure_safely(provider: Provider, case: BenchCase, checker: Checker,
-                    options: RunOptions) -> Measurement:
+                    options: RunOptions, power: PowerSource | None = None) -> Measurement:
     """:func:`measure`, with anything it did not anticipate (e.g. a CUDA error that poisons
     the context) reported as ``error`` instead of ending the run."""
     try:
-        return measure(provider, case, checker, options)
+        return measure(provider, case, checker, options, power)
     except Exception as exc:  # noqa: BLE001
         release_cached_memory(options.device)
         return Measurement(provider.name, case, "error",
