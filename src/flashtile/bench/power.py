@@ -2,8 +2,8 @@
 
 Why: a card at its power limit lowers its SM clock, so a time can be set by the clock rather
 than by the kernel. On the H200 (docs/perf.md, session 46) the clock sat at 1,980 MHz for short
-sequences and fell to 1,425-1,650 MHz under the 700 W cap at 16k, with the cap flagged for a
-third of a grid's samples. Two providers timed one after the other can then read apart because
+sequences and fell as low as 1,545 MHz (bf16 grid) and 1,425 MHz (fp16) under the 700 W cap at
+long ones, the cap flagged in a third of the grid's samples. Two providers timed one after the other can then read apart because
 one ran on a cooler card, and a kernel that draws more power for the same work pays for it
 in clock. The reading says which case you are in.
 
