@@ -95,6 +95,26 @@ def test_sampler_polls_while_the_timing_runs_and_stops_after():
     assert source.reads == reads
 
 
+def test_a_failing_read_leaves_no_reading_and_the_timing_alone(monkeypatch):
+    """NVML failing mid-window: no exception reaches the timed code, no reading from part of
+    the window, the error kept; ``_time`` still reports the time."""
+    class Flaky(FakeSource):
+        def sample(self):
+            if self.reads == 1:
+                self.reads += 1
+                raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+            return super().sample()
+
+    with PowerSampler(Flaky([PowerSample(1980, 100.0, 0)]), period_s=0.001) as sampler:
+        threading.Event().wait(0.02)
+    assert sampler.reading is None and "GPU_IS_LOST" in sampler.error
+    monkeypatch.setattr(runner, "median_ms", lambda *args: 1.5)
+    options = runner.RunOptions(device=torch.device("cpu"), providers=("eager",), power=True)
+    m = runner._time(runner.PROVIDERS["eager"], CASE,
+                     options, Flaky([PowerSample(1980, 100.0, 0)]))
+    assert m.status == "ok" and m.ms == 1.5 and m.power is None
+
+
 def test_limit_reasons_are_power_and_thermal_only():
     assert LIMIT_REASONS & 0x4 and LIMIT_REASONS & 0x8 and LIMIT_REASONS & 0x80
     assert not LIMIT_REASONS & 0x1 and not LIMIT_REASONS & 0x2      # idle, app clocks

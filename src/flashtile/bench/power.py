@@ -68,7 +68,11 @@ class PowerSource(Protocol):
 class PowerSampler:
     """``with PowerSampler(source) as s: ...`` then ``s.reading``: samples ``source`` every
     ``period_s`` (default :data:`PERIOD_S`) from a thread between entering and leaving (at
-    least twice: at both ends). ``clock`` is the time source (seconds; injectable for tests)."""
+    least twice: at both ends). ``clock`` is the time source (seconds; injectable for tests).
+
+    A failing read never reaches the timed code: the sampler stops reading, ``reading`` stays
+    None and ``error`` says what failed (a reading from part of the window would pass for the
+    whole of it)."""
 
     def __init__(self, source: PowerSource, period_s: float | None = None,
                  clock: Callable[[], float] = time.perf_counter):
@@ -76,16 +80,32 @@ class PowerSampler:
         self.period_s = PERIOD_S if period_s is None else period_s
         self.samples: list[PowerSample] = []
         self.reading: PowerReading | None = None
+        self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _read(self, what: Callable[[], object]):
+        """``what()``, or None with ``error`` set (and every later read skipped)."""
+        if self.error is not None:
+            return None
+        try:
+            return what()
+        except Exception as exc:  # noqa: BLE001 - NVML errors, a card gone away
+            self.error = f"{type(exc).__name__}: {exc}"
+            return None
+
+    def _sample(self) -> None:
+        sample = self._read(self.source.sample)
+        if sample is not None:
+            self.samples.append(sample)
+
     def _poll(self) -> None:
-        while not self._stop.wait(self.period_s):
-            self.samples.append(self.source.sample())
+        while not self._stop.wait(self.period_s) and self.error is None:
+            self._sample()
 
     def __enter__(self) -> "PowerSampler":
-        self._energy0, self._t0 = self.source.energy_mj(), self.clock()
-        self.samples.append(self.source.sample())
+        self._energy0, self._t0 = self._read(self.source.energy_mj), self.clock()
+        self._sample()
         self._thread = threading.Thread(target=self._poll, name="flashtile-power", daemon=True)
         self._thread.start()
         return self
@@ -93,8 +113,10 @@ class PowerSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.samples.append(self.source.sample())
-        energy1, seconds = self.source.energy_mj(), self.clock() - self._t0
+        self._sample()
+        energy1, seconds = self._read(self.source.energy_mj), self.clock() - self._t0
+        if self.error is not None:
+            return
         watts = None
         if self._energy0 is not None and energy1 is not None and seconds > 0:
             watts = (energy1 - self._energy0) / 1e3 / seconds
