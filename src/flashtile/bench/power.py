@@ -2,10 +2,10 @@
 
 Why: a card at its power limit lowers its SM clock, so a time can be set by the clock rather
 than by the kernel. On the H200 (docs/perf.md, session 46) the clock sat at 1,980 MHz for short
-sequences and fell as low as 1,545 MHz (bf16 grid) and 1,425 MHz (fp16) under the 700 W cap at
-long ones, the cap flagged in a third of the grid's samples. Two providers timed one after the other can then read apart because
-one ran on a cooler card, and a kernel that draws more power for the same work pays for it
-in clock. The reading says which case you are in.
+sequences and fell as low as 1,545 MHz (bf16 grid) and 1,425 MHz (fp16) under the 700 W cap
+at long ones, the cap flagged in a third of the grid's samples. Two providers timed one after
+the other can then read apart because one ran on a cooler card, and a kernel that draws more
+power for the same work pays for it in clock. The reading says which case you are in.
 
 A :class:`PowerSampler` polls the card from a thread (every ``period_s``, and once at each
 end) while the timing runs and gives a :class:`PowerReading`:
@@ -18,7 +18,7 @@ end) while the timing runs and gives a :class:`PowerReading`:
 
 The readings come from NVML (``pynvml``, the ``nvidia-ml-py`` package); without it, or off
 CUDA, :func:`open_source` says why and the bench reports nothing rather than a made-up number.
-Polling takes the GIL for a few microseconds every ``period_s``, which is why it is opt-in.
+Each poll holds the GIL briefly, which a host-bound short call could feel: hence opt-in.
 """
 
 from __future__ import annotations
