@@ -244,6 +244,24 @@ def test_table_cell_shows_the_clock_and_power():
     assert "1980 MHz, 300 W[" in _cell(cool, best=False, memory=False)
 
 
+def test_power_lines_per_provider():
+    """One line per provider with readings: the median and lowest of its points' clocks, the
+    mean power, how many points had any sample at a limit; none without readings."""
+    from flashtile.bench.report import power_lines
+
+    def m(provider, mhz, watts, capped):
+        return runner.Measurement(provider, CASE, "ok", ms=1.0,
+                                  power=PowerReading(mhz, watts, capped, 5))
+    lines = power_lines([m("flashtile", 1980, 300, 0.0), m("flashtile", 1545, 690, 0.6),
+                         m("flashtile", 1700, 660, 0.2), m("sdpa-cudnn", 1900, 500, 0.0),
+                         runner.Measurement("eager", CASE, "ok", ms=1.0)])
+    assert lines == ["flashtile while timed: SM clock median 1700 MHz (lowest 1545), 550 W "
+                     "mean, 2 of 3 points at a power or thermal limit",
+                     "sdpa-cudnn while timed: SM clock median 1900 MHz (lowest 1900), 500 W "
+                     "mean, 0 of 1 points at a power or thermal limit"]
+    assert power_lines([runner.Measurement("eager", CASE, "ok", ms=1.0)]) == []
+
+
 def test_power_on_cpu_is_a_note_and_no_numbers(tmp_path):
     argv = ["--device", "cpu", "--warmup", "1", "--rep", "5", "--seqlens", "64",
             "--headdims", "16", "--nheads", "2", "--batch", "1", "--causal", "no",

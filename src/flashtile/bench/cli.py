@@ -383,6 +383,8 @@ def run(args) -> int:
     summary = R.subject_summary(measurements, config.subject)
     for line in R.summary_lines(summary):
         console.print(f"[bold]{line}[/]", highlight=False)
+    for line in R.power_lines(measurements):
+        console.print(f"[yellow]{line}[/]", highlight=False)
     for path in _write_outputs(console, config, args, measurements, notes, summary):
         console.print(f"wrote {path}", highlight=False, soft_wrap=True)
     failed = [m for m in measurements

@@ -7,6 +7,7 @@ import datetime as _dt
 import json
 import math
 import platform
+import statistics
 import subprocess
 import sys
 from dataclasses import asdict
@@ -263,6 +264,25 @@ def summary_lines(summary: list[dict]) -> list[str]:
                 lines.append(f"{row['provider']} {row['mode']} {row['dtype']}{gqa} vs {name}: "
                              f"geomean {r['geomean']:.2f}x, min {r['min']:.2f}x at {r['min_at']} "
                              f"({r['points']} points)")
+    return lines
+
+
+def power_lines(measurements: list[Measurement]) -> list[str]:
+    """With ``--power``: per provider, the SM clock (median and lowest of its points' medians),
+    the mean power and the share of points timed at a power or thermal limit (any sample
+    held), so a provider that ran on a hotter card shows at a glance."""
+    by_provider: dict[str, list] = {}
+    for m in measurements:
+        if m.power is not None:
+            by_provider.setdefault(m.provider, []).append(m.power)
+    lines = []
+    for provider, readings in by_provider.items():
+        clocks = [r.sm_mhz for r in readings]
+        watts = statistics.fmean(r.watts for r in readings)
+        capped = sum(1 for r in readings if r.capped > 0)
+        lines.append(f"{provider} while timed: SM clock median {statistics.median(clocks):.0f} "
+                     f"MHz (lowest {min(clocks):.0f}), {watts:.0f} W mean, {capped} of "
+                     f"{len(readings)} points at a power or thermal limit")
     return lines
 
 
