@@ -13,12 +13,12 @@ D=docs/results/2026-12-07-s46-next1; mapfile -t IDS < $D/matrix-ids.txt
 timeout -s INT 120 python3 -m pytest -v -rf -n 12 -p no:cacheprovider "${IDS[@]}" \
   tests/test_bench_power.py > $OUT/tests.log 2>&1; echo "tests rc $?"
 grep -E "^FAILED|^ERROR" $OUT/tests.log | head; tail -1 $OUT/tests.log
-timeout 250 python3 -m flashtile bench --providers flashtile,cudnn --mode fwd,fwdbwd \
+timeout -s INT 250 python3 -m flashtile bench --providers flashtile,cudnn --mode fwd,fwdbwd \
   --causal both --seqlens 512,1k,2k,4k,8k,16k --kernel-times --headdims 64,128 --rounds 3 \
   --power --dtype bf16 --no-plot --out $OUT/grid > $OUT/grid.log 2>&1; echo "grid rc $?"
 grep -E "geomean|WRONG|note|while timed" $OUT/grid.log; python3 scripts/grid_table.py $OUT/grid/bench-*.json | tail -12
 python3 scripts/grid_table.py --lines $OUT/grid/bench-*.json | grep -E "s=(512|4k|16k)"
-timeout 150 python3 -m flashtile bench --providers flashtile,cudnn --mode fwdbwd --causal no \
+timeout -s INT 150 python3 -m flashtile bench --providers flashtile,cudnn --mode fwdbwd --causal no \
   --seqlens 16k --headdims 64,128 --kernel-times --rounds 2 --power --warmup 2000 \
   --dtype bf16 --no-plot --out $OUT/steady > $OUT/steady.log 2>&1; echo "steady rc $?"
 grep -E "while timed" $OUT/steady.log
