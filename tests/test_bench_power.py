@@ -109,9 +109,9 @@ def test_a_failing_read_leaves_no_reading_and_the_timing_alone(monkeypatch):
         threading.Event().wait(0.02)
     assert sampler.reading is None and "GPU_IS_LOST" in sampler.error
     monkeypatch.setattr(runner, "median_ms", lambda *args: 1.5)
-    options = runner.RunOptions(device=torch.device("cpu"), providers=("eager",), power=True)
-    m = runner._time(runner.PROVIDERS["eager"], CASE,
-                     options, Flaky([PowerSample(1980, 100.0, 0)]))
+    options = runner.RunOptions(device=torch.device("cpu"), providers=("eager",),
+                                power=Flaky([PowerSample(1980, 100.0, 0)]))
+    m = runner._time(runner.PROVIDERS["eager"], CASE, options)
     assert m.status == "ok" and m.ms == 1.5 and m.power is None
 
 
@@ -212,9 +212,9 @@ def test_time_samples_only_the_timing_and_rounds_take_medians(monkeypatch):
 
     monkeypatch.setattr(runner, "median_ms", fake_median)
     monkeypatch.setattr(power, "PERIOD_S", 3600.0)          # no poll: the two ends alone
-    options = runner.RunOptions(device=torch.device("cpu"), providers=("eager",), power=True)
-    source = Recording([PowerSample(1800, 650.0, 0x4)])
-    m = runner._time(runner.PROVIDERS["eager"], CASE, options, source)
+    options = runner.RunOptions(device=torch.device("cpu"), providers=("eager",),
+                                power=Recording([PowerSample(1800, 650.0, 0x4)]))
+    m = runner._time(runner.PROVIDERS["eager"], CASE, options)
     assert m.status == "ok" and m.power == PowerReading(1800.0, 650.0, 1.0, 2)
     assert inside == [False, False]       # entered before, left after the timing: both ends
     assert pollers == [True]              # ... and polling while it ran
@@ -267,8 +267,12 @@ def test_power_on_cpu_is_a_note_and_no_numbers(tmp_path):
             "--headdims", "16", "--nheads", "2", "--batch", "1", "--causal", "no",
             "--mode", "fwd", "--providers", "eager", "--power", "--no-plot",
             "--out", str(tmp_path)]
-    torch.set_num_threads(1)
-    assert bench_cli.main(argv) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)            # (as tests/test_bench.py: 2 spinning threads crawl)
+    try:
+        assert bench_cli.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
     data = json.loads(next(Path(tmp_path).glob("bench-*.json")).read_text())
     assert any("--power" in note and "CPU" in note for note in data["meta"]["notes"])
     (row,) = data["results"]

@@ -216,9 +216,9 @@ def test_pinned_forward_config_from_the_environment(monkeypatch):
 def test_forward_pick_pinned_at_d64_causal_short(monkeypatch):
     """The tile-level forward's tuning list is cut to 64 x 64 / 4 warps / 3 stages for the
     plain causal call at d=64 up to 1k keys on sm_90 (``fwd._PINNED``: the tuner's other picks
-    there measured slower in the runs that took them; untuned too), and left whole everywhere else: longer keys,
-    d=128, a window with a left bound or none at all, dropout, another GPU. (``interpreting``
-    and ``is_sm90`` are patched: the list and the capability are the GPU's.)"""
+    there measured slower in the runs that took them; untuned too), and left whole everywhere
+    else: longer keys, d=128, a window with a left bound or none at all, dropout, another GPU.
+    (``interpreting`` and ``is_sm90`` are patched: the list and the capability are the GPU's.)"""
     from flashtile.kernels import fwd
     monkeypatch.setattr(fwd, "interpreting", lambda: False)
     for name in ("FLASHTILE_FWD_BLOCK_M", "FLASHTILE_FWD_BLOCK_N", "FLASHTILE_CONFIG_PICK"):

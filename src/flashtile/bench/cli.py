@@ -285,13 +285,14 @@ def resolve_config(args) -> Config:
         notes.append("--memory measures CUDA allocations only; nothing to report on CPU")
     if args.kernel_times and device.type != "cuda":
         notes.append("--kernel-times reads CUDA kernels' device times; nothing to report on CPU")
-    if args.power:
-        _source, why_not = open_source(device)
+    power = None
+    if args.power and not args.check_only:
+        power, why_not = open_source(device)
         if why_not:
             notes.append(why_not)
     options = RunOptions(device=device, providers=names, warmup_ms=args.warmup, rep_ms=args.rep,
                          memory=args.memory, check_only=args.check_only,
-                         kernel_times=args.kernel_times, rounds=args.rounds, power=args.power)
+                         kernel_times=args.kernel_times, rounds=args.rounds, power=power)
     preset = "quick" if quick else ("full" if args.full else "custom")
     return Config(spec=spec, options=options, subject=subject, preset=preset,
                   notes=tuple(notes))

@@ -91,7 +91,7 @@ def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
                      "(mean) and share of samples held by a power or thermal limit while "
                      f"do_bench ran (NVML, every {PERIOD_S * 1e3:g} ms); power_rounds: "
                      "each round's"
-                     if options.power and options.device.type == "cuda" else ""),
+                     if options.power is not None else ""),
         "rounds": options.rounds,
         "check_rule": CHECK_RULE,
         "providers": {name: PROVIDERS[name].description for name in options.providers},

@@ -19,7 +19,7 @@ import torch
 
 from .cases import BenchCase
 from .check import Checker, CheckResult
-from .power import PowerReading, PowerSampler, PowerSource, open_source
+from .power import PowerReading, PowerSampler, PowerSource
 from .providers import CUDNN, GIB, PROVIDERS, Provider
 from .timing import kernel_times, make_timed_call, median_ms, peak_extra_memory
 
@@ -37,7 +37,9 @@ class RunOptions:
     check_only: bool = False
     kernel_times: bool = False
     rounds: int = 1
-    power: bool = False
+    # --power: the card to sample while each point is timed (:func:`.power.open_source`,
+    # opened once by the command line), or None
+    power: PowerSource | None = None
 
 
 @dataclass(frozen=True)
@@ -139,9 +141,8 @@ def _too_big(provider: Provider, case: BenchCase, device: torch.device) -> str |
     return None
 
 
-def _time(provider: Provider, case: BenchCase, options: RunOptions,
-          power: PowerSource | None = None) -> Measurement:
-    """Time one checked provider; failures become ``n/a``/``error``. With a ``power`` source
+def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:
+    """Time one checked provider; failures become ``n/a``/``error``. With ``options.power``
     the card's clock and power are sampled while :func:`median_ms` runs (nothing else)."""
     device = options.device
     call = None
@@ -152,8 +153,8 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions,
             with provider.context():
                 call = make_timed_call(provider, case, device)
                 memory = peak_extra_memory(call, device) if options.memory else None
-                if power is not None:
-                    with PowerSampler(power) as sampler:
+                if options.power is not None:
+                    with PowerSampler(options.power) as sampler:
                         ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
                 else:
                     ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
@@ -174,7 +175,7 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions,
 
 
 def measure(provider: Provider, case: BenchCase, checker: Checker,
-            options: RunOptions, power: PowerSource | None = None) -> Measurement:
+            options: RunOptions) -> Measurement:
     """Check, then (unless ``--check-only`` or the check failed) time one provider at one case."""
     reason = provider.unavailable(case, options.device) or _too_big(provider, case,
                                                                      options.device)
@@ -186,7 +187,7 @@ def measure(provider: Provider, case: BenchCase, checker: Checker,
         return Measurement(provider.name, case, check.status, reason=check.reason, check=check)
     if options.check_only:
         return Measurement(provider.name, case, "checked", check=check)
-    return replace(_time(provider, case, options, power), check=check)
+    return replace(_time(provider, case, options), check=check)
 
 
 def add_ratios(measurements: list[Measurement]) -> list[Measurement]:
@@ -222,7 +223,6 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
     columns = (TextColumn("[progress.description]{task.description}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
     rounds = 1 if options.check_only else options.rounds
-    power = open_source(options.device)[0] if options.power and not options.check_only else None
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("benchmark",
                                  total=len(cases) * len(options.providers) * rounds)
@@ -240,10 +240,9 @@ def run_grid(cases: list[BenchCase], options: RunOptions, console=None) -> list[
                         progress.update(task, description=f"{case.label()} {name:<14}{label}")
                         if turn == 0:
                             first[name] = _measure_safely(PROVIDERS[name], case, checker,
-                                                          options, power)
+                                                          options)
                         elif first[name].status == "ok":
-                            more[name].append(_time_safely(PROVIDERS[name], case, options,
-                                                           power))
+                            more[name].append(_time_safely(PROVIDERS[name], case, options))
                         progress.advance(task)
                 measurements += [median_round(first[name], more[name]) for name in first]
                 first = {}
@@ -277,12 +276,11 @@ def median_round(first: Measurement, more: list[Measurement]) -> Measurement:
                    power=power, power_rounds=readings or None)
 
 
-def _time_safely(provider: Provider, case: BenchCase, options: RunOptions,
-                 power: PowerSource | None = None) -> Measurement:
+def _time_safely(provider: Provider, case: BenchCase, options: RunOptions) -> Measurement:
     """:func:`_time` for a later round, which reports what it did not anticipate as
     ``error`` (that round is then left out of the median)."""
     try:
-        return _time(provider, case, options, power)
+        return _time(provider, case, options)
     except Exception as exc:  # noqa: BLE001
         release_cached_memory(options.device)
         return Measurement(provider.name, case, "error",
@@ -290,11 +288,11 @@ def _time_safely(provider: Provider, case: BenchCase, options: RunOptions,
 
 
 def _measure_safely(provider: Provider, case: BenchCase, checker: Checker,
-                    options: RunOptions, power: PowerSource | None = None) -> Measurement:
+                    options: RunOptions) -> Measurement:
     """:func:`measure`, with anything it did not anticipate (e.g. a CUDA error that poisons
     the context) reported as ``error`` instead of ending the run."""
     try:
-        return measure(provider, case, checker, options, power)
+        return measure(provider, case, checker, options)
     except Exception as exc:  # noqa: BLE001
         release_cached_memory(options.device)
         return Measurement(provider.name, case, "error",
