@@ -56,34 +56,51 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, 
                     stride_dos, stride_doh, stride_lse_b, stride_lse_h, stride_dqb, stride_dqs,
                     stride_dqh, nheads, seqlen_q, head_dv, head_d, BLOCK_M: tl.constexpr,
                     HEAD_DV: tl.constexpr, HEAD_D: tl.constexpr, IS_VARLEN: tl.constexpr,
-                    ZERO_DQ: tl.constexpr):
-    """``D = rowsum(dO * O)`` for BLOCK_M query rows of one (batch, head); with ``ZERO_DQ``
-    also the same rows of the one pass's fp32 dQ accumulator set to zeros (one launch less
-    than a separate fill)."""
+                    ZERO_DQ: tl.constexpr, FLAT: tl.constexpr = False):
+    """``D = rowsum(dO * O)`` for BLOCK_M rows; with ``ZERO_DQ`` also the same rows of the one
+    pass's fp32 dQ accumulator set to zeros (one launch less than a separate fill).
+
+    A row is one (query, head). Without ``FLAT`` a program takes BLOCK_M queries of one (batch,
+    head) (varlen: of one sequence); with ``FLAT`` (dense only) BLOCK_M consecutive rows of one
+    batch entry in memory order, query-major, so that a program reads (and zeroes) one
+    contiguous run of a packed ``(b, s, h, d)`` tensor instead of BLOCK_M pieces of one head
+    dim each, a head's stride apart."""
     pid = tl.program_id(0)
-    n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
-    bh = pid // n_mblocks
-    start_m = (pid % n_mblocks) * BLOCK_M
-    off_b = (bh // nheads).to(tl.int64)
-    off_h = (bh % nheads).to(tl.int64)
-    q_start, _, seqlen_q, _, _ = seq_bounds(CU_Q, CU_Q, off_b, seqlen_q, seqlen_q, IS_VARLEN, False)
-    if start_m >= seqlen_q:
-        return
-    offs_m = start_m + tl.arange(0, BLOCK_M)
+    if FLAT:
+        tl.static_assert(not IS_VARLEN)
+        n_blocks = tl.cdiv(seqlen_q * nheads, BLOCK_M)
+        off_b = (pid // n_blocks).to(tl.int64)
+        r = (pid % n_blocks) * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = r < seqlen_q * nheads
+        offs_m = (r // nheads).to(tl.int64)                 # query of each row
+        off_h = (r % nheads).to(tl.int64)                   # head of each row
+        q_start = 0
+    else:
+        n_mblocks = tl.cdiv(seqlen_q, BLOCK_M)
+        bh = pid // n_mblocks
+        start_m = (pid % n_mblocks) * BLOCK_M
+        off_b = (bh // nheads).to(tl.int64)
+        off_h = (bh % nheads).to(tl.int64)
+        q_start, _, seqlen_q, _, _ = seq_bounds(CU_Q, CU_Q, off_b, seqlen_q, seqlen_q, IS_VARLEN,
+                                                False)
+        if start_m >= seqlen_q:
+            return
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < seqlen_q
     offs_dv = tl.arange(0, HEAD_DV)
-    mask = (offs_m[:, None] < seqlen_q) & (offs_dv[None, :] < head_dv)
-    rows = q_start + offs_m[:, None]
-    o = tl.load(O + off_b * stride_ob + off_h * stride_oh + rows * stride_os
+    mask = row_ok[:, None] & (offs_dv[None, :] < head_dv)
+    rows = q_start + offs_m
+    o = tl.load(O + (off_b * stride_ob + off_h * stride_oh + rows * stride_os)[:, None]
                 + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(DO + off_b * stride_dob + off_h * stride_doh + rows * stride_dos
+    do = tl.load(DO + (off_b * stride_dob + off_h * stride_doh + rows * stride_dos)[:, None]
                  + offs_dv[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(Dsum + off_b * stride_lse_b + off_h * stride_lse_h + q_start + offs_m,
-             tl.sum(o * do, 1), mask=offs_m < seqlen_q)
+    tl.store(Dsum + off_b * stride_lse_b + off_h * stride_lse_h + rows, tl.sum(o * do, 1),
+             mask=row_ok)
     if ZERO_DQ:
         offs_d = tl.arange(0, HEAD_D)
-        tl.store(DQ_ACC + off_b * stride_dqb + off_h * stride_dqh + rows * stride_dqs
+        tl.store(DQ_ACC + (off_b * stride_dqb + off_h * stride_dqh + rows * stride_dqs)[:, None]
                  + offs_d[None, :], tl.zeros([BLOCK_M, HEAD_D], tl.float32),
-                 mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < head_d))
+                 mask=row_ok[:, None] & (offs_d[None, :] < head_d))
 
 
 @triton.jit
