@@ -93,7 +93,13 @@ def main() -> int:
     p.add_argument("--tokens", type=int, default=16384)
     p.add_argument("--seqlen", type=int, default=1024)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    p.add_argument("--variants", default=None,
+                   help="kind/block/warps,... (kind: rows, flat or fill), else the list above")
     args = p.parse_args()
+    variants = VARIANTS
+    if args.variants:
+        variants = [(k, int(m), int(w)) for k, m, w in
+                    (v.split("/") for v in args.variants.split(","))]
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     torch.manual_seed(0)
     rows = []
@@ -109,7 +115,7 @@ def main() -> int:
         for zero in (True, False):
             moved = 2 * o.numel() * o.element_size() + dsum.numel() * 4
             moved += dq_acc.numel() * 4 if zero else 0
-            for variant in VARIANTS:
+            for variant in variants:
                 if variant[0] == "fill" and not zero:
                     continue
                 name = f"{'fill + rows' if variant[0] == 'fill' else variant[0]} " \

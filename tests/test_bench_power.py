@@ -64,6 +64,22 @@ def test_reading_is_median_clock_energy_power_and_limited_share():
     assert reading.capped == pytest.approx(0.5)
 
 
+def test_a_short_window_takes_the_sampled_power_not_the_counter():
+    """Under :data:`power.ENERGY_MIN_S` the counter's steps dominate its change (session 47:
+    185-1,085 W over ~150 ms at a 700 W cap), so the sampled power is averaged instead."""
+    samples = [PowerSample(1980, 640.0, 0x4), PowerSample(1900, 660.0, 0x4)]
+    source = FakeSource(samples, mj_per_read=150_000)          # 150 J: "1,000 W" over 0.15 s
+    with PowerSampler(source, period_s=3600, clock=steps(10.0, 10.15)) as sampler:
+        pass
+    assert source.energy_reads == 2
+    assert sampler.reading.watts == pytest.approx(650.0)
+    source = FakeSource(samples, mj_per_read=700_000)          # 700 J over exactly the minimum
+    with PowerSampler(source, period_s=3600,
+                      clock=steps(10.0, 10.0 + power.ENERGY_MIN_S)) as sampler:
+        pass
+    assert sampler.reading.watts == pytest.approx(700.0 / power.ENERGY_MIN_S)
+
+
 def test_reading_of_many_samples():
     samples = [PowerSample(mhz, 650.0, reasons) for mhz, reasons in
                ((1980, 0x0), (1425, 0x4), (1605, 0x4), (1650, 0x40), (1900, 0x1))]

@@ -11,8 +11,10 @@ A :class:`PowerSampler` polls the card from a thread (every ``period_s``, and on
 end) while the timing runs and gives a :class:`PowerReading`:
 
 - ``sm_mhz``: the median SM clock of the samples;
-- ``watts``: the mean board power, from the card's energy counter over the window where it has
-  one (NVML's total energy, mJ), else the mean of the sampled power;
+- ``watts``: the mean board power: from the card's energy counter (NVML's total energy, mJ)
+  over windows of at least :data:`ENERGY_MIN_S`, else the mean of the sampled power. The
+  counter moves in steps: on an H100 (session 47) over do_bench's ~150 ms windows it read
+  185-1,085 W at a 700 W cap (either one step or two), over ~1.2 s windows 607-766 W;
 - ``capped``: the fraction of samples whose clock was held down by a power or thermal limit
   (:data:`LIMIT_REASONS`).
 
@@ -36,6 +38,8 @@ import torch
 # a limit; application clocks, 0x2, and sync boost, 0x10, are settings.)
 LIMIT_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 PERIOD_S = 0.02
+# The shortest window over which the energy counter's change is the power (see ``watts``).
+ENERGY_MIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -118,14 +122,14 @@ class PowerSampler:
         if self.error is not None:
             return
         watts = None
-        if self._energy0 is not None and energy1 is not None and seconds > 0:
+        if self._energy0 is not None and energy1 is not None and seconds >= ENERGY_MIN_S:
             watts = (energy1 - self._energy0) / 1e3 / seconds
         self.reading = reading_of(self.samples, watts)
 
 
 def reading_of(samples: list[PowerSample], watts: float | None = None) -> PowerReading:
     """The :class:`PowerReading` of ``samples`` (at least one); ``watts`` from an energy
-    counter where there is one, else the mean of the sampled power."""
+    counter where the window was long enough for it, else the mean of the sampled power."""
     if watts is None:
         watts = statistics.fmean(s.watts for s in samples)
     capped = sum(1 for s in samples if s.reasons & LIMIT_REASONS) / len(samples)
@@ -181,5 +185,5 @@ def open_source(device: torch.device) -> tuple[PowerSource | None, str | None]:
                       "the clock and power are not reported")
 
 
-__all__ = ["LIMIT_REASONS", "NvmlSource", "PowerReading", "PowerSample", "PowerSampler",
+__all__ = ["ENERGY_MIN_S", "LIMIT_REASONS", "NvmlSource", "PowerReading", "PowerSample", "PowerSampler",
            "open_source", "reading_of"]
