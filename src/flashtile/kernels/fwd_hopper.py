@@ -15,6 +15,9 @@ Notation:
 - work item: ``2 * BLOCK_M`` query rows of one (batch, head); by default a program per SM takes
   items ``program_id``, ``+ num_programs``, ... through one ring, so that an epilogue overlaps the
   next loads (:func:`programs`; ``FLASHTILE_GLUON_FWD_PERSISTENT=0``: a program per item);
+- ``SOLO`` (:func:`solo`, opt-in): one consumer per CTA and two CTAs per SM, items of BLOCK_M
+  rows (:data:`SOLO_CONFIGS`), so one CTA's item start and epilogue can overlap the other's
+  tile loop; the causal order's chunk rules (:data:`SINGLE_UPTO`) then count 64-row items;
 - ``BLOCK_M`` (64 rows per consumer), ``BLOCK_N`` (keys per tile), ``NUM_STAGES``,
   ``CONSUMER_REGS``: :data:`_CONFIGS`; ``HEAD_D``, ``HEAD_D2``: the head dim's parts
   (:func:`head_parts`: 64 + 32 at d=96, else d + 0; ``*_desc2``, ``*_smem2``, ``acc2``: the
