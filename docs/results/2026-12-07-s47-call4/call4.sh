@@ -4,7 +4,7 @@
 # both masks: main against SOLO with the Gluon forward forced (FLASHTILE_GLUON_FWD=1: d=64 causal
 # up to 2k runs the tile-level forward by default), cuDNN in every run, kernel sums, 2 rounds.
 export PYTHONPATH=$PWD/src; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
-timeout -s INT 120 python3 -m pytest -q -rf -n 8 -p no:cacheprovider tests/test_fwd_hopper.py \
+timeout -s INT 100 python3 -m pytest -q -rf -n 8 -p no:cacheprovider tests/test_fwd_hopper.py \
   -k "solo and (bf16 or launch)" > $OUT/solo-tests.log 2>&1; echo "tests rc $?"
 grep -E "^FAILED|^ERROR" $OUT/solo-tests.log | head; tail -2 $OUT/solo-tests.log
 AB_BUDGET=$((${CALL_S:-440} - (SECONDS - T0))) AB_ROUNDS=2 AB_TIMEOUT=100 AB_COMPILE_S=50 \
