@@ -9,12 +9,15 @@ relative, the accumulator all zeros after NaN poisoning):
 
 - ``rows B/W``: a program takes B queries of one (batch, head), W warps (the old default: 64/4);
 - ``flat B/W``: B consecutive (query, head) rows in memory order (one contiguous run);
-- ``fill + rows 64/4``: the accumulator zeroed by ``torch.zero_`` (a memset), then D alone.
+- ``fill + rows B/W``: the accumulator zeroed by ``torch.zero_`` (a memset), then D alone.
 
 Times: ``triton.testing.do_bench`` medians (an L2 flush before each call) and the mean of a CUDA
 graph of 20 back-to-back launches (no flush). Usage (GPU)::
 
-    PYTHONPATH=src python3 scripts/preprocess_sweep.py [--json out.json]
+    PYTHONPATH=src python3 scripts/preprocess_sweep.py [--json out.json] \
+        [--variants rows/64/4,flat/32/2,fill/64/4]
+
+On the H100 (session 47) every order and block up to 64 rows ran at the card's bandwidth.
 """
 from __future__ import annotations
 

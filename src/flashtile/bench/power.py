@@ -185,5 +185,5 @@ def open_source(device: torch.device) -> tuple[PowerSource | None, str | None]:
                       "the clock and power are not reported")
 
 
-__all__ = ["ENERGY_MIN_S", "LIMIT_REASONS", "NvmlSource", "PowerReading", "PowerSample", "PowerSampler",
-           "open_source", "reading_of"]
+__all__ = ["ENERGY_MIN_S", "LIMIT_REASONS", "NvmlSource", "PowerReading", "PowerSample",
+           "PowerSampler", "open_source", "reading_of"]
