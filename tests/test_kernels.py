@@ -286,3 +286,30 @@ def _gpu_cases():
 @pytest.mark.parametrize("shape,causal", _gpu_cases())
 def test_gpu_matrix(shape, causal, dtype):
     check(*shape, dtype, causal=causal)
+
+
+@pytest.mark.parametrize("flat", [False, True], ids=["rows", "flat"])
+@pytest.mark.parametrize("shape", [(2, 37, 3, 16), (1, 64, 4, 32), (3, 5, 2, 16)],
+                         ids=lambda s: "B{}-S{}-H{}-D{}".format(*s))
+def test_preprocess_orders(shape, flat):
+    """The backward's preprocess in both row orders (``FLAT``: rows in memory order, the
+    variant ``scripts/preprocess_sweep.py`` times; default: queries of one head a program):
+    ``D = rowsum(dO * O)`` in the LSE's ``(b, h, s)`` layout and every element of the
+    NaN-poisoned fp32 dQ accumulator zeroed, with lengths that end mid-block and blocks that
+    straddle heads and queries."""
+    import triton
+    from flashtile.kernels import bwd
+    b, s, h, d = shape
+    block = 16
+    o = torch.randn(b, s, h, d, device=DEVICE, dtype=torch.float16)
+    do = torch.randn_like(o)
+    dsum = torch.full((b, h, s), float("nan"), device=DEVICE)
+    dq_acc = torch.full((b, s, h, d), float("nan"), device=DEVICE)
+    grid = (b * triton.cdiv(s * h, block),) if flat else (b * h * triton.cdiv(s, block),)
+    bwd._bwd_preprocess[grid](
+        o, do, dsum, dsum, dq_acc, *o.stride()[:3], *do.stride()[:3], *dsum.stride()[:2],
+        *dq_acc.stride()[:3], h, s, d, d, BLOCK_M=block, HEAD_DV=d, HEAD_D=d, IS_VARLEN=False,
+        ZERO_DQ=True, FLAT=flat)
+    want = (o.float() * do.float()).sum(-1).transpose(1, 2)
+    torch.testing.assert_close(dsum, want, rtol=1e-3, atol=1e-3)
+    assert bool((dq_acc == 0).all())

@@ -17,7 +17,7 @@ import torch
 
 from .cases import FLOP_CONVENTION, BenchCase, GridSpec
 from .check import FLOOR_GRAD_FACTOR, FLOORS
-from .power import PERIOD_S
+from .power import ENERGY_MIN_S, PERIOD_S
 from .providers import CUDNN, GIB, PROVIDERS
 from .runner import Measurement, RunOptions
 
@@ -88,9 +88,10 @@ def collect_metadata(options: RunOptions, spec: GridSpec, cli_options: dict,
                      f"point (reversed every other round); ms_rounds holds each round"
                      if options.rounds > 1 and not options.check_only else "")
                   + ("; sm_mhz / watts / power_capped: the SM clock (median), board power "
-                     "(mean) and share of samples held by a power or thermal limit while "
-                     f"do_bench ran (NVML, every {PERIOD_S * 1e3:g} ms); power_rounds: "
-                     "each round's"
+                     f"(mean: the energy counter over windows of {ENERGY_MIN_S:g} s or more, "
+                     "else the sampled power) and share of samples held by a power or thermal "
+                     f"limit while do_bench ran (NVML, every {PERIOD_S * 1e3:g} ms); "
+                     "power_rounds: each round's"
                      if options.power is not None else ""),
         "rounds": options.rounds,
         "check_rule": CHECK_RULE,

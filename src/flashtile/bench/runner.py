@@ -11,6 +11,7 @@ each, one after the other, can read several percent apart for no reason of their
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import warnings
 from dataclasses import dataclass, replace
@@ -153,10 +154,8 @@ def _time(provider: Provider, case: BenchCase, options: RunOptions) -> Measureme
             with provider.context():
                 call = make_timed_call(provider, case, device)
                 memory = peak_extra_memory(call, device) if options.memory else None
-                if options.power is not None:
-                    with PowerSampler(options.power) as sampler:
-                        ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
-                else:
+                with (PowerSampler(options.power) if options.power is not None
+                      else contextlib.nullcontext()) as sampler:
                     ms = median_ms(call, device, options.warmup_ms, options.rep_ms)
                 kernels = kernel_times(call, device) if options.kernel_times else None
             return Measurement(provider.name, case, "ok", ms=ms, peak_memory=memory,

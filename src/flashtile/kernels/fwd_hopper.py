@@ -1440,9 +1440,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
         block_m, block_n, stages, regs = env_config("fwd_hopper", SOLO_CONFIGS, d)
     else:
         block_m, block_n, stages, regs = config(d, sk, causal(params))
+    item_rows = (1 if one else 2) * block_m      # a work item: each consumer's BLOCK_M rows
     p_regs = p_in_registers(d)
     p_tiles = 0 if p_regs else 4
-    n_mtiles = sq // ((1 if one else 2) * block_m)
+    n_mtiles = sq // item_rows
     n_work = n_mtiles * b * hq
     grid = programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True,
                     SOLO_CTAS if one else 1)
@@ -1470,5 +1471,5 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params), sk),
              **(dict(SOLO=True, maxnreg=SOLO_MAXNREG) if one else {})),
         part_descriptor, "fwd",
-        f"gluon {'solo ' if one else ''}{(1 if one else 2) * block_m}x{block_n}/{stages}s"
+        f"gluon {'solo ' if one else ''}{item_rows}x{block_n}/{stages}s"
         + (f" window {-group}" if group < 0 else ""))
