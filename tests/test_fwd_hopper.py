@@ -539,51 +539,6 @@ def test_diagonal_inside_the_tile_loop(gluon_calls, monkeypatch, shape, causal, 
                  "FLASHTILE_GLUON_FWD_NEXT_S0", ahead, "NEXT_S0")
 
 
-@pytest.mark.parametrize("d,causal,config,label", [
-    (64, True, (64, 128, 2), "gluon solo 64x128/2s"),
-    (128, False, (64, 64, 2), "gluon solo 64x64/2s"),
-    (96, False, None, None), (256, True, None, None)])
-def test_solo_launch(monkeypatch, d, causal, config, label):
-    """``FLASHTILE_GLUON_FWD_SOLO=1``: at d=64/128 one consumer per CTA (``SOLO``), items of 64
-    rows (so twice the items), :data:`fwd_hopper.SOLO_CONFIGS`, 128 registers at launch and a
-    grid of two programs per SM (264 on the 132 SMs assumed off a GPU); d=96/256 (split head
-    dim, P buffers) keep their launch. Unset, no SOLO is sent. Runs on the CPU: the launch is
-    captured, not made."""
-    seen = gluon_launches(monkeypatch, run=False, full=True)
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    q, k, v = (torch.randn(2, 1024, 8, d, dtype=torch.bfloat16) for _ in range(3))
-    params, _ = _flash_params(q, k, v, 0.0, None, causal, (-1, -1), 0.0, None, False)
-    for value in ("1", None):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_FWD_SOLO", raising=False)
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_FWD_SOLO", value)
-        fwd_hopper.forward(q, k, v, params, torch.empty_like(q), torch.empty(2, 8, 1024))
-    (_, _, grid, _, args, meta, _, _, name), (*_, plain_meta, _, _, plain_name) = seen
-    assert "SOLO" not in plain_meta and "solo" not in plain_name
-    if config is None:
-        assert "SOLO" not in meta and name == plain_name
-        return
-    assert meta["SOLO"] and meta["maxnreg"] == 128 and name.startswith(label), name
-    assert (meta["BLOCK_M"], meta["BLOCK_N"], meta["NUM_STAGES"]) == config
-    n_work = 2 * 8 * 1024 // 64
-    assert args[-2] == n_work and grid == (min(n_work, 2 * 132),)
-
-
-@gluon_cases_over([(3, 1024, 12, 4, 128), (4, 1024, 16, 4, 64), (2, 512, 4, 2, 64),
-                   (1, 256, 2, 2, 128)])
-@pytest.mark.parametrize("ahead", ["1", "0"], ids=["s0-ahead", "s0-in-turn"])
-def test_solo(gluon_calls, monkeypatch, shape, causal, dtype, ahead):
-    """One consumer per CTA, two CTAs an SM (``FLASHTILE_GLUON_FWD_SOLO=1``): items of 64 rows,
-    two programs per SM each looping over up to four (576 items at d=128, 1,024 at d=64; 8 in
-    the last shape, fewer than the programs), S_0 ahead and in turn, causal items of 1 to 16
-    tiles. Outputs (NaN-poisoned before the launch) and gradients within budget, and the
-    launch given SOLO."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_NEXT_S0", ahead)
-    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, None,
-                 "FLASHTILE_GLUON_FWD_SOLO", "1", "SOLO")
-
-
 @pytest.mark.parametrize("d,config,applies", [
     (128, (64, 128, 2), True), (128, (64, 64, 4), True), (64, (64, 128, 4), True),
     (96, (64, 128, 2), False), (256, (64, 64, 2), False), (128, (64, 128, 3), False)])

@@ -15,9 +15,6 @@ Notation:
 - work item: ``2 * BLOCK_M`` query rows of one (batch, head); by default a program per SM takes
   items ``program_id``, ``+ num_programs``, ... through one ring, so that an epilogue overlaps the
   next loads (:func:`programs`; ``FLASHTILE_GLUON_FWD_PERSISTENT=0``: a program per item);
-- ``SOLO`` (:func:`solo`, opt-in): one consumer per CTA and two CTAs per SM, items of BLOCK_M
-  rows (:data:`SOLO_CONFIGS`), so one CTA's item start and epilogue can overlap the other's
-  tile loop; the causal order's chunk rules (:data:`SINGLE_UPTO`) then count 64-row items;
 - ``BLOCK_M`` (64 rows per consumer), ``BLOCK_N`` (keys per tile), ``NUM_STAGES``,
   ``CONSUMER_REGS``: :data:`_CONFIGS`; ``HEAD_D``, ``HEAD_D2``: the head dim's parts
   (:func:`head_parts`: 64 + 32 at d=96, else d + 0; ``*_desc2``, ``*_smem2``, ``acc2``: the
@@ -317,12 +314,12 @@ def barriers(N: gl.constexpr, COUNT: gl.constexpr):
 
 
 @gluon.jit
-def _kv_ring_barriers(NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
-    """The barriers of a CTA whose consumers (two, or one: the forward's ``SOLO``) stream one
-    K/V ring (the forward, dQ): each consumer's Q barrier, and per slot K ready, V ready and
-    empty (free again once every consumer released it), initialised."""
+def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
+    """The barriers of a CTA whose two consumers stream one K/V ring (the forward, dQ): each
+    consumer's Q barrier, and per slot K ready, V ready and empty (free again once both
+    consumers released it), initialised."""
     return (barriers(2, 1), barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 1),
-            barriers(NUM_STAGES, CONSUMERS))
+            barriers(NUM_STAGES, 2))
 
 
 @gluon.jit
@@ -679,12 +676,11 @@ def _pass_slot(k_ready, v_ready, k_empty, v_empty, r, NUM_STAGES: gl.constexpr):
 def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr, q_desc2=None,
-            q_smem2=None, HEAD_D2: gl.constexpr = 0, CONSUMERS: gl.constexpr = 2):
-    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows, all of
-    them with one consumer; and their second part into ``q_smem2`` where the head dim is
-    split: ``HEAD_D2`` > 0)."""
+            q_smem2=None, HEAD_D2: gl.constexpr = 0):
+    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows; and
+    their second part into ``q_smem2`` where the head dim is split: ``HEAD_D2`` > 0)."""
     _, _, _, q_row0, q_col, _, _, _, _ = _work_block(
-        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M, BLOCK_N,
+        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
         HEAD_D + HEAD_D2, CAUSAL, GROUP)
     _load_tile(q_desc, q_desc2, q_smem, q_smem2, q_row0 + HALF * BLOCK_M, q_col, q_bar)
 
@@ -697,23 +693,22 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
              k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-             NEXT_S0: gl.constexpr, CONSUMERS: gl.constexpr = 2):
-    """Consumer partition (one warpgroup) ``HALF`` of ``CONSUMERS``: :func:`_consume_ahead` where
-    ``NEXT_S0`` (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
+             NEXT_S0: gl.constexpr):
+    """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
+    (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
     :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
     if NEXT_S0:
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF, BLOCK_M,
-                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, CONSUMERS)
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP)
     else:
         _consume_in_turn(q_desc, o_desc, q_smem.index(HALF), o_smem, p_smem, q_bar.index(HALF),
                          k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
                          stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
                          n_mtiles, n_work, qk_scale, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                          NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q_desc2,
-                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS,
-                         CONSUMERS)
+                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS)
 
 
 @gluon.jit
@@ -724,8 +719,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
                      O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                      q_desc2, o_desc2, q_smem2, o_smem2, k_smem2, v_smem2,
-                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-                     CONSUMERS: gl.constexpr = 2):
+                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
     """A consumer whose items each start with S_0 (:func:`_consume`): for each of this program's
     work items, half ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from
     ``n_unmasked`` on get the causal mask), read from the ring in the loader's order. Writes
@@ -764,14 +758,13 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
         o2_layout: gl.constexpr = None
 
     _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
-            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2,
-            CONSUMERS=CONSUMERS)
+            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2)
     it = 0          # K/V tiles read from the ring so far
     t = 0           # work items done so far (Q's barrier phase)
     for w in range(first, n_work, step):
         m0, off_b, off_h, q_row0, q_col, _, _, n_tiles, n_unmasked = _work_block(
-            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M,
-            BLOCK_N, HEAD_D + HEAD_D2, CAUSAL, GROUP)
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+            HEAD_D + HEAD_D2, CAUSAL, GROUP)
         n_all = n_tiles                 # the item's tiles (the ring's count)
         n_tiles, n_unmasked = _own_tiles(m0, n_all, n_unmasked, HALF, BLOCK_M, BLOCK_N,
                                          CAUSAL)        # this consumer's
@@ -791,7 +784,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
         if n_tiles == 1 and more and not O_IN_Q:    # S_0 was this Q's last S: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                    q_desc2, q_smem2, HEAD_D2, CONSUMERS=CONSUMERS)
+                    q_desc2, q_smem2, HEAD_D2)
         if P_REGS:
             anchor = p_smem.index(HALF)     # (see _rs_softmax)
             p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
@@ -824,7 +817,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 if more and not O_IN_Q:
                     _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                             seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                            q_desc2, q_smem2, HEAD_D2, CONSUMERS=CONSUMERS)
+                            q_desc2, q_smem2, HEAD_D2)
                 if HEAD_D2 > 0:
                     p, acc, m_i, l_i, acc2 = _rs_softmax(
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
@@ -884,7 +877,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 if more and not O_IN_Q:     # every S has read this Q: load the next item's
                     _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                             seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                            q_desc2, q_smem2, HEAD_D2, CONSUMERS=CONSUMERS)
+                            q_desc2, q_smem2, HEAD_D2)
                 acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
                 if HEAD_D2 > 0:
                     acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
@@ -919,7 +912,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
             tma.store_wait(0)
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group, seqlen_q,
                     seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2,
-                    HEAD_D2, CONSUMERS=CONSUMERS)
+                    HEAD_D2)
         it += n_all
         t += 1
     tma.store_wait(0)
@@ -930,8 +923,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
                    v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
                    seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, HALF: gl.constexpr,
                    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr,
-                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                   CONSUMERS: gl.constexpr = 2):
+                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr):
     """:func:`_consume_in_turn` with P in registers (``P_REGS``, a whole head dim, O apart) and each
     item's S_0 issued before the previous item's epilogue (:func:`next_s0`): at 512 keys an
     item has 1 to 8 tiles, and with S_0 waited for at the item's start both consumers (who
@@ -956,7 +948,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         if first + k * step < n_work:
             _load_q(q_desc, q_smem.index(Q0 + k), q_bar.index(Q0 + k), first + k * step,
                     n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M,
-                    BLOCK_N, HEAD_D, CAUSAL, GROUP, CONSUMERS=CONSUMERS)
+                    BLOCK_N, HEAD_D, CAUSAL, GROUP)
     # The previous item's results, for its epilogue in the next turn (none before the first)
     o = gl.zeros([BLOCK_M, HEAD_D], dtype, o_layout)
     m_i = gl.full([BLOCK_M], 0.0, gl.float32, row_layout)
@@ -968,8 +960,8 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     t = 0           # work items done so far (Q buffer t % 2, its barrier's phase)
     for w in range(first, n_work, step):
         m0, off_b, off_h, q_row0, q_col, _, _, n_all, n_unmasked = _work_block(
-            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M,
-            BLOCK_N, HEAD_D, CAUSAL, GROUP)
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+            HEAD_D, CAUSAL, GROUP)
         n_tiles, n_unmasked = _own_tiles(m0, n_all, n_unmasked, HALF, BLOCK_M, BLOCK_N,
                                          CAUSAL)
         q_buf = Q0 + t % 2
@@ -990,7 +982,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         if n_tiles == 1 and refill:         # S_0 was this Q's last S
             _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
                     nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
-                    CAUSAL, GROUP, CONSUMERS=CONSUMERS)
+                    CAUSAL, GROUP)
         p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
                                            None, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
@@ -1007,7 +999,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
             if refill:
                 _load_q(q_desc, q_cur, q_bar.index(q_buf), w + 2 * step, n_work, n_mtiles,
                         nheads, group, seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D,
-                        CAUSAL, GROUP, CONSUMERS=CONSUMERS)
+                        CAUSAL, GROUP)
             p, acc, m_i, l_i = _rs_softmax(s, p, acc, m_i, l_i, rows, j + 1, n_unmasked,
                                            qk_scale, v_empty, it + j, anchor, NUM_STAGES,
                                            BLOCK_N, CAUSAL, o_layout, p_layout)
@@ -1040,19 +1032,14 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, SOLO: gl.constexpr = False):
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
-    # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece, or
-    # BLOCK_M with SOLO (:func:`solo`: one consumer, several CTAs an SM).
+    # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
     # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`).
-    CONSUMERS: gl.constexpr = 1 if SOLO else 2
-    if SOLO:
-        gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q),
-                         "one consumer: P in registers, a whole head dim, O apart")
-    q_smem = gl.allocate_shared_memory(
-        q_desc.dtype, [CONSUMERS * (2 if NEXT_S0 else 1), BLOCK_M, HEAD_D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [4 if NEXT_S0 else 2, BLOCK_M, HEAD_D],
+                                       q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
@@ -1069,8 +1056,6 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
     elif O_IN_Q:    # O leaves through each consumer's Q tile (see _consume)
         o0 = q_smem.index(0)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
         o1 = q_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
-    elif SOLO:
-        o0 = gl.allocate_shared_memory(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
     else:
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
         o0, o1 = o_smem.index(0), o_smem.index(1)
@@ -1097,47 +1082,31 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
         k2_desc: gl.constexpr = None
         v2_desc: gl.constexpr = None
         o2_desc: gl.constexpr = None
-    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES, CONSUMERS)
-    k_empty = barriers(NUM_STAGES, CONSUMERS)   # K freed apart from V (see _load_kv_ring)
+    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
+    k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
     if NEXT_S0:     # (two Q tiles per consumer: four Q barriers, the ring's two unused)
         gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q),
                          "S_0 ahead: P in registers, a whole head dim, O apart")
         q_bar = barriers(4, 1)
 
-    # (the partitions' argument tuples are written out in each call: a tuple kept in a
-    # variable turns its constexprs into tensors)
-    if SOLO:    # one consumer, the default partition: its registers are what the CTA leaves
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem, o0, p_smem, q_bar, k_smem, v_smem, k_ready,
-                      v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
-                      seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, 0, BLOCK_M, BLOCK_N,
-                      HEAD_D, NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc,
-                      o2_desc, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0,
-                      CONSUMERS)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                         nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work,
-                         CONSUMERS * BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                         k2_desc, v2_desc, k_smem2, v_smem2, HEAD_D2)),
-        ], [1], [24])
-    else:
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem, o0, p_smem, q_bar, k_smem, v_smem, k_ready,
-                      v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads, group,
-                      seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, 0, BLOCK_M, BLOCK_N,
-                      HEAD_D, NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc,
-                      o2_desc, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0,
-                      CONSUMERS)),
-            (_consume, (q_desc, o_desc, q_smem, o1, p_smem, q_bar, k_smem, v_smem, k_ready,
-                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
-                        group, seqlen_q, seqlen_k, n_mtiles, n_work, qk_scale, 1, BLOCK_M,
-                        BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1,
-                        q2_desc, o2_desc, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS,
-                        NEXT_S0, CONSUMERS)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                         nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work,
-                         CONSUMERS * BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                         k2_desc, v2_desc, k_smem2, v_smem2, HEAD_D2)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+    gl.warp_specialize([
+        (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                       v_smem2, HEAD_D2)),
+    ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
@@ -1275,8 +1244,7 @@ def ahead(d: int, is_causal: bool, seqlen_k: int) -> bool:
     return not is_causal or seqlen_k >= CAUSAL_AHEAD_FROM.get(d, 0)
 
 
-def programs(n_work: int, device: torch.device, variable: str, auto: bool,
-             per_sm: int = 1) -> int:
+def programs(n_work: int, device: torch.device, variable: str, auto: bool) -> int:
     """The grid for ``n_work`` work items: one program each, or one per SM (a program's
     shared memory fills an SM), each looping over items ``program_id``, ``+ num_programs``,
     ... so that one item's epilogue and the next one's first loads overlap (short sequences:
@@ -1284,12 +1252,11 @@ def programs(n_work: int, device: torch.device, variable: str, auto: bool,
     the Gluon dK/dV kernel) set to ``1`` asks for one per SM, ``0`` for one per item; unset
     or ``auto``, ``auto`` decides: the calling kernel's rule of where the persistent grid
     measured ahead. Off a GPU (the tools that compile for sm_90a on the CPU) the grid is the
-    H200's (:func:`.common.sm_count`). ``per_sm``: programs an SM holds at once (the forward's
-    :func:`solo` CTAs: 2)."""
+    H200's (:func:`.common.sm_count`)."""
     value = getenv(variable, "auto")
     if value in ("", "0") or (value == "auto" and not auto):
         return n_work
-    return min(n_work, per_sm * sm_count(device))
+    return min(n_work, sm_count(device))
 
 
 def causal_group(n_tiles: int, single_upto: int,
@@ -1407,27 +1374,6 @@ def next_s0(d: int, block_m: int, block_n: int, stages: int, causal: bool,
     return applies and (default if forced is None else forced)
 
 
-# The configs of :func:`solo` (rows, keys per tile, ring slots; the consumer's registers are
-# what the CTA leaves it): two CTAs an SM need each below half of its 228 KB of shared memory
-# (d=64: 88 KB with two Q tiles, d=128: 112 KB) and 128 registers a thread at launch.
-SOLO_CONFIGS = {64: (64, 128, 2, 0), 128: (64, 64, 2, 0)}
-SOLO_CTAS = 2           # CTAs an SM holds
-SOLO_MAXNREG = 65536 // (SOLO_CTAS * 256)       # 256 threads: the consumer's + the loader's
-
-
-def solo(d: int) -> bool:
-    """Whether the forward runs one consumer per CTA and :data:`SOLO_CTAS` CTAs per SM (the
-    kernel's ``SOLO``; work items of BLOCK_M rows, :data:`SOLO_CONFIGS`) instead of two
-    consumers sharing one ring in a CTA that fills the SM: the layout SDPA-cuDNN's forward
-    kernels name (``64x128x64_4x1``: 64 rows, 128 keys, one warpgroup). Why it might pay at
-    short sequences: an item of 1-4 tiles spends much of its time in its start and epilogue,
-    which another CTA's tile loop can fill; two consumers of one CTA start and end together.
-    ``FLASHTILE_GLUON_FWD_SOLO=1`` asks for it where it applies (P in registers, a whole head
-    dim with a config: d=64/128); off by default (unmeasured)."""
-    return bool(env_forced("FLASHTILE_GLUON_FWD_SOLO")) and d in SOLO_CONFIGS \
-        and p_in_registers(d)
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torch.Tensor,
             lse: torch.Tensor, record=None) -> None:
     """Run the kernel into ``out`` ``(b, sq, hq, d)`` and ``lse`` float32 ``(b, hq, sq)``
@@ -1435,18 +1381,12 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     :func:`.bwd_hopper.dkdv`."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    one = solo(d)
-    if one:
-        block_m, block_n, stages, regs = env_config("fwd_hopper", SOLO_CONFIGS, d)
-    else:
-        block_m, block_n, stages, regs = config(d, sk, causal(params))
-    item_rows = (1 if one else 2) * block_m      # a work item: each consumer's BLOCK_M rows
+    block_m, block_n, stages, regs = config(d, sk, causal(params))
     p_regs = p_in_registers(d)
     p_tiles = 0 if p_regs else 4
-    n_mtiles = sq // item_rows
+    n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
-    grid = programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True,
-                    SOLO_CTAS if one else 1)
+    grid = programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True)
     group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), n_mtiles, b * hq,
                           2 * sk * d * k.element_size(), grid,
                           default="auto") if causal(params) else 1
@@ -1468,8 +1408,6 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
              O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params), sk),
-             **(dict(SOLO=True, maxnreg=SOLO_MAXNREG) if one else {})),
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params), sk)),
         part_descriptor, "fwd",
-        f"gluon {'solo ' if one else ''}{item_rows}x{block_n}/{stages}s"
-        + (f" window {-group}" if group < 0 else ""))
+        f"gluon {2 * block_m}x{block_n}/{stages}s" + (f" window {-group}" if group < 0 else ""))
