@@ -1,0 +1,11 @@
+# Session 48's third call (~130 s): the 29 matrix cases of the unreached 60 that no run has
+# yet named as passed (call 2 named 31; call 1b's 30 were unnamed), and --power's GPU test,
+# with FLASHTILE_AUTOTUNE=0 like gpu_session.sh's test steps (calls 1b and 2 ran with the
+# tuner on, which timed every config of every kernel: ~190 s a case).
+export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
+timeout -s INT ${CALL_S:-120} python3 -m pytest -v -rf -n 16 -p no:cacheprovider --junitxml=$OUT/matrix.xml \
+  tests/test_bench_power.py::test_power_on_gpu $(cat docs/results/2026-12-07-s48-call3/unnamed.txt) \
+  > $OUT/matrix.log 2>&1; echo "pytest rc $?"
+grep -v Warning $OUT/matrix.log | grep -E "^FAILED|^ERROR" | head
+echo "passed $(grep -c ' PASSED ' $OUT/matrix.log), failed $(grep -c ' FAILED ' $OUT/matrix.log)"
+echo "elapsed $((SECONDS - T0)) s"
