@@ -1,5 +1,5 @@
-"""Test set-up: fixed seeds, NaN-poisoned kernel outputs, GPU tests skipped (and counted as
-skipped) without a GPU."""
+"""Test set-up: fixed seeds, NaN-poisoned kernel outputs, untuned kernel configs, GPU tests
+skipped (and counted as skipped) without a GPU."""
 
 import collections
 import os
@@ -7,6 +7,11 @@ import os
 # Kernel launchers fill their outputs with NaN before the launch when this is set, so an element
 # a kernel forgot to write fails the comparison instead of passing on leftover memory.
 os.environ.setdefault("FLASHTILE_POISON", "1")
+
+# The tests check each kernel's first fitting config rather than time every config first: on a
+# GPU, autotuning made one case of the forward matrix take ~190 s (docs/perf.md, session 48).
+# Tests of the tuner itself set FLASHTILE_AUTOTUNE=1 themselves; set it outside to test the picks.
+os.environ.setdefault("FLASHTILE_AUTOTUNE", "0")
 
 # FLASHTILE_TEST_GPUS=N (N > 1) spreads pytest-xdist's workers over N GPUs, worker i on GPU
 # i % N (`scripts/gpu_session.sh alltests` on a machine with several). It must be set before
