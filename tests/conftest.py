@@ -9,7 +9,7 @@ import os
 os.environ.setdefault("FLASHTILE_POISON", "1")
 
 # The tests check each kernel's first fitting config rather than time every config first: on a
-# GPU, autotuning made one case of the forward matrix take ~190 s (docs/perf.md, session 48).
+# GPU with the tuner on, a forward matrix case took ~190 s of a worker (docs/perf.md, session 48).
 # Tests of the tuner itself set FLASHTILE_AUTOTUNE=1 themselves; set it outside to test the picks.
 os.environ.setdefault("FLASHTILE_AUTOTUNE", "0")
 
