@@ -7,12 +7,13 @@ loses to SDPA-cuDNN's ``compute_dot_do_o`` count most at the short points (sessi
 grid: ours 79.6 µs, cuDNN's 68-70). Variants (each checked against torch first: D to 1e-3
 relative, the accumulator all zeros after NaN poisoning):
 
-- ``rows B/W``: a program takes B queries of one (batch, head), W warps (the old default: 64/4);
+- ``rows B/W``: a program takes B queries of one (batch, head), W warps (the backward's own: 64/4);
 - ``flat B/W``: B consecutive (query, head) rows in memory order (one contiguous run);
 - ``fill + rows B/W``: the accumulator zeroed by ``torch.zero_`` (a memset), then D alone.
 
-Times: ``triton.testing.do_bench`` medians (an L2 flush before each call) and the mean of a CUDA
-graph of 20 back-to-back launches (no flush). Usage (GPU)::
+Times: ``triton.testing.do_bench`` medians (an L2 flush before each call) and
+``triton.testing.do_bench_cudagraph`` medians (CUDA-graph replays, no flush; session 47's
+runs used a graph of 20 launches of this script's own, averaged). Usage (GPU)::
 
     PYTHONPATH=src python3 scripts/preprocess_sweep.py [--json out.json] \
         [--variants rows/64/4,flat/32/2,fill/64/4]
@@ -64,27 +65,6 @@ def check(variant, o, do, zero: bool) -> str | None:
     return None
 
 
-def graph_us(fn, launches: int = 20) -> float:
-    """Mean µs of one call, from a CUDA graph of ``launches`` calls replayed 10 times."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(launches):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / (10 * launches)
-
-
 VARIANTS = [("rows", 64, 4), ("rows", 32, 4), ("rows", 128, 4), ("rows", 128, 8),
             ("flat", 64, 4), ("flat", 128, 4), ("flat", 128, 8), ("flat", 256, 8),
             ("flat", 32, 2), ("fill", 64, 4)]
@@ -129,7 +109,8 @@ def main() -> int:
                     fn = lambda: launch(variant, o, do, dsum, dq_acc, zero)   # noqa: E731
                     row["do_bench_us"] = triton.testing.do_bench(fn, warmup=25, rep=100,
                                                                  return_mode="median") * 1000
-                    row["graph_us"] = graph_us(fn)
+                    row["graph_us"] = triton.testing.do_bench_cudagraph(
+                        fn, rep=100, return_mode="median") * 1000
                     row["gbps"] = moved / row["graph_us"] / 1e3
                 rows.append(row)
                 print(f"{d:>4} {str(zero):>5} {name:>16} {row.get('do_bench_us', 0):>12.1f} "
