@@ -65,8 +65,9 @@ class HopperStandIn:
 
 
 def _config(text):
-    m, n, w, s = (int(x) for x in text.split(","))
-    return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
+    m, n, w, s, *reg = (int(x) for x in text.split(","))
+    return triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s,
+                         maxnreg=reg[0] if reg else None)
 
 
 class Capture:
@@ -278,7 +279,8 @@ def main() -> int:
     p.add_argument("--causal", action="store_true")
     p.add_argument("--deterministic", action="store_true", help="two-pass dQ")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
-    p.add_argument("--fwd", default="128,64,8,3")
+    p.add_argument("--fwd", default="128,64,8,3",
+                   help="tile-level config M,N,warps,stages[,maxnreg] (the same for --dkdv, --dq)")
     p.add_argument("--dkdv", default="64,128,8,3")
     p.add_argument("--dq", default="128,64,8,3")
     p.add_argument("--dropout", type=float, default=0.0, help="dropout_p (0: none)")

@@ -192,7 +192,7 @@ def test_getenv_follows_os_environ(monkeypatch):
 def test_pinned_forward_config_from_the_environment(monkeypatch):
     """FLASHTILE_FWD_BLOCK_M/N pin the tile-level forward to one config (the A/B runs of
     docs/perf.md); FLASHTILE_FWD_WARPS / FLASHTILE_FWD_STAGES set its warps and stages, else
-    8 warps from 128 rows (4 below) and 3 stages. (``interpreting`` is patched off: under the
+    8 warps from 128 rows (4 below) and 3 stages; FLASHTILE_FWD_MAXNREG caps its registers. (``interpreting`` is patched off: under the
     interpreter the list is one pinned config whatever the environment says.)"""
     from flashtile.kernels import fwd
     monkeypatch.setattr(fwd, "interpreting", lambda: False)
@@ -204,7 +204,11 @@ def test_pinned_forward_config_from_the_environment(monkeypatch):
     monkeypatch.setenv("FLASHTILE_FWD_WARPS", "8")
     monkeypatch.setenv("FLASHTILE_FWD_STAGES", "2")
     (config,) = fwd._fwd_configs()
-    assert (config.num_warps, config.num_stages) == (8, 2)
+    assert (config.num_warps, config.num_stages, config.maxnreg) == (8, 2, None)
+    monkeypatch.setenv("FLASHTILE_FWD_MAXNREG", "80")
+    (config,) = fwd._fwd_configs()
+    assert config.maxnreg == 80
+    monkeypatch.delenv("FLASHTILE_FWD_MAXNREG")
     monkeypatch.setenv("FLASHTILE_FWD_STAGES", "three")
     with pytest.raises(ValueError, match="FLASHTILE_FWD_STAGES must be a positive integer"):
         fwd._fwd_configs()

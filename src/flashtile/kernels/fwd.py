@@ -281,8 +281,11 @@ def _fwd_configs():
     bm, bn = env_block("FLASHTILE_FWD_BLOCK_M"), env_block("FLASHTILE_FWD_BLOCK_N")
     if bm and bn:
         warps = env_block("FLASHTILE_FWD_WARPS") or (8 if bm >= 128 else 4)
+        # FLASHTILE_FWD_MAXNREG caps the registers a thread (ptxas's .maxnreg), so that more
+        # programs share an SM: the short causal forward is bound by latency, not issue
         return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=warps,
-                              num_stages=env_block("FLASHTILE_FWD_STAGES") or 3)]
+                              num_stages=env_block("FLASHTILE_FWD_STAGES") or 3,
+                              maxnreg=env_block("FLASHTILE_FWD_MAXNREG"))]
     # (64 x 128 with 4 warps, cuDNN's tile at d=64 causal: 254 registers, two programs an SM,
     # 27-50% slower than 64 x 64 at 512/1k on the H200, session 29: not listed)
     return [triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=w, num_stages=s)
