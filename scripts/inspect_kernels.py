@@ -218,8 +218,11 @@ def inspect_gluon(args, dtype) -> int:
             print(f"(skipped the one-pass dkdv: none at d={args.d})")
         elif args.one_pass:
             bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
-            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                            params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+            # (dK/dV per query head where FLASHTILE_GLUON_BWD_EXPAND has the rows kernel do so)
+            parts = (1, args.seqlen, bwd_hopper.dkdv_heads(q, k, params), args.d)
+            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty(parts, dtype=dtype),
+                            torch.empty(parts, dtype=dtype), params,
+                            dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     if args.d == 256:           # (configs of d=256 alone: not noted as skipped elsewhere)

@@ -138,6 +138,56 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
 
 
+def test_rows_per_query_head_rule(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_EXPAND=1`` (:func:`bwdrows_hopper.expands`): a GQA one pass at
+    d=128 computes dK/dV per query head (``dkdv_heads`` is q's heads), a grid over (batch,
+    query head, key item) with ``KV_SHARE`` query heads per KV head, the masked-tile skip of
+    MHA (an item has one query head); unset, ``auto`` or ``0``, MHA, and d=64 (not the rows
+    kernel) keep k's heads; anything else is refused; the variable is a plan-key option.
+    Runs on the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_EXPAND" in common.GLUON_OPTIONS["bwd_hopper"]
+    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_SKIP_MASKED"):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
+    k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
+    params, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
+    for value, want in ((None, 2), ("auto", 2), ("0", 2), ("1", 8)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", value)
+        assert bwd_hopper.dkdv_heads(q, k, params) == want, value
+        assert bwd_hopper.dkdv_heads(q, q, params) == 8                  # MHA
+        assert bwd_hopper.dkdv_heads(q[..., :64], k[..., :64], params) == 2   # d=64
+    parts = torch.empty(2, 1024, 8, 128, dtype=torch.bfloat16)
+    lse = dsum = torch.zeros(2, 8, 1024)
+    bwd_hopper.dkdv(q, k, k, q, lse, dsum, parts, parts.clone(), params,
+                    dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+    ((_, kernel, grid, _, args, meta, _, _, label),) = launches
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and label.endswith(" per query head")
+    assert grid == (2 * 8 * 1024 // 128,)                   # (causal: a program per item)
+    assert meta["KV_SHARE"] == 4 and meta["SKIP_MASKED"]
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_EXPAND must be 0, 1 or 'auto'"):
+        bwd_hopper.dkdv_heads(q, k, params)
+
+
+@gluon_cases_over([(2, 1024, 16, 2, 128), (3, 512, 12, 4, 128), (1, 256, 4, 1, 128)])
+def test_rows_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_EXPAND=1``: GQA 8:1 and 3:1 and MQA, causal and not, dK/dV
+    computed per query head and summed per KV head: all three gradients within budget (the
+    outputs NaN-poisoned), one launch of the rows kernel with ``KV_SHARE`` = hq / hkv over
+    (batch, query head, key item)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "1")
+    grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
+    b, s, hq, hkv, d = shape
+    assert meta["KV_SHARE"] == hq // hkv and label.endswith(" per query head"), label
+    if causal:
+        assert grid == (b * hq * s // 128,)
+
+
 def _call(d: int = 128, sq: int = 1024, causal: bool = False):
     """q, k, v, dout ``(2, sq, 4, d)`` / k, v ``(2, 1024, 2, d)`` bf16 on the CPU, and the
     call's params."""

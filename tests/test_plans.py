@@ -25,6 +25,9 @@ VARIANTS = {
     # (on sm_90: the Gluon forward and dK/dV kernels, their launches kept with the plans)
     "gluon-d128-causal": dict(d=128, s=256, causal=True),
     "gluon-d64-gqa-full": dict(d=64, s=256, hkv=2),
+    # (dK/dV per query head, summed per KV head by the plan's closing copies)
+    "gluon-d128-gqa-causal-per-query-head": dict(d=128, s=256, hkv=2, causal=True,
+                                                 env={"FLASHTILE_GLUON_BWD_EXPAND": "1"}),
 }
 
 
@@ -66,8 +69,11 @@ def test_gpu_replays_equal_the_full_path(monkeypatch, name):
     dropout keys: a replay passes its own."""
     from flashtile.kernels import bwd, fwd, plans
 
-    a, kw = inputs(**VARIANTS[name])
-    b, _ = inputs(**VARIANTS[name])
+    variant = dict(VARIANTS[name])
+    for var, value in variant.pop("env", {}).items():
+        monkeypatch.setenv(var, value)
+    a, kw = inputs(**variant)
+    b, _ = inputs(**variant)
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "0")
     want_a, want_b = fwd_bwd(*a, 1, **kw), fwd_bwd(*b, 2, **kw)
     monkeypatch.setenv("FLASHTILE_LAUNCH_PLANS", "1")
@@ -444,3 +450,20 @@ def test_plan_keys_hold_every_gluon_variable():
     read = {name for path in source.rglob("*.py")
             for name in re.findall(r"FLASHTILE_GLUON_[A-Z0-9_]*[A-Z0-9]", path.read_text())}
     assert read and read <= keyed, sorted(read - keyed)
+
+
+def test_closing_copies_cast_or_sum_each_group_of_heads():
+    """A plan's closing copy (:func:`plans.copy_into`): the same elements cast into dst (a
+    one-pass dQ's float32 accumulator into dQ), or, with g times dst's heads, each group of g
+    consecutive heads summed in float32 and rounded once (GQA's dK/dV per query head)."""
+    from flashtile.kernels import plans
+
+    acc = torch.randn(2, 5, 3, 8)
+    dq = torch.full((2, 5, 3, 8), float("nan"), dtype=torch.bfloat16)
+    plans.copy_into(dq, acc.view(2, 15, 8))
+    assert torch.equal(dq, acc.to(torch.bfloat16))
+    parts = torch.randn(2, 5, 12, 8).to(torch.bfloat16)
+    dk = torch.full((2, 5, 3, 8), float("nan"), dtype=torch.bfloat16)
+    plans.copy_into(dk, parts)
+    want = parts.double().view(2, 5, 3, 4, 8).sum(3).to(torch.bfloat16)
+    assert torch.equal(dk, want)           # (4 bf16 terms: exact in float32, one rounding)

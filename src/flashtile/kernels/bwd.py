@@ -698,8 +698,15 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
+    # (GQA's one pass may compute dK/dV per query head, each KV head's group summed at the
+    # end: :func:`.bwdrows_hopper.expands`)
+    dkdv_heads = hopper.dkdv_heads(q, k, params) if hopper is not None and atomic else nheads_kv
+    dk_part, dv_part = dk4, dv4
+    if dkdv_heads != nheads_kv:
+        dk_part = alloc((*k.shape[:2], dkdv_heads, head_d), k.dtype, k.device)
+        dv_part = alloc((*v.shape[:2], dkdv_heads, head_dv), v.dtype, v.device)
     if hopper is not None:
-        hopper.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record,
+        hopper.dkdv(q, k, v, dout, lse, dsum, dk_part, dv_part, params, record,
                     dq_acc if atomic else None)
     elif hopper256 is not None:
         hopper256.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record)
@@ -712,6 +719,11 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             **common, **bias, **sparse_args(params, seqlen_q, lse, "q"),
             stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1],
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
+    parts = {}                                   # (the per-query-head dK/dV, by name)
+    if dk_part is not dk4:
+        plans.copy_into(dk4, dk_part)
+        plans.copy_into(dv4, dv_part)
+        parts = {"dk_part": dk_part, "dv_part": dv_part}
     if atomic:
         dq4.copy_(dq_acc.view_as(dq4))           # already scaled; fp32 -> q's dtype
     elif hopper_dq is not None:
@@ -724,11 +736,12 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"),
             **diagonal_args(params, seqlen_k, head_d)))
     if record is not None:
-        buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ())
+        buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ()) + tuple(parts)
+        copies = (((("dk", "dk_part"), ("dv", "dv_part")) if parts else ())
+                  + ((("dq", "dq_acc"),) if atomic else ()))
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,
-                                     "dq_acc": dq_acc}, buffers, ("dq", "dk", "dv"),
-                                    plans.CALL_VALUES,
-                                    copies=(("dq", "dq_acc"),) if atomic else ()))
+                                     "dq_acc": dq_acc, **parts}, buffers, ("dq", "dk", "dv"),
+                                    plans.CALL_VALUES, copies=copies))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)
     return dq, dk, dv

@@ -956,6 +956,14 @@ def persistent_ahead(d: int, causal: bool = False, n_ntiles: int = 0) -> bool:
     return d == 64 and not (causal and n_ntiles > 8)     # (:func:`one_pass`'s 8 items)
 
 
+def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params) -> int:
+    """The heads of the dK/dV that the one pass writes: k's, or q's where the rows kernel
+    computes them per query head (:func:`.bwdrows_hopper.expands`; the caller then sums each
+    KV head's group, :func:`.plans.copy_into`)."""
+    from . import bwdrows_hopper        # (imports this module)
+    return q.shape[2] if bwdrows_hopper.expands(q, k, params) else k.shape[2]
+
+
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> None:
     """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``

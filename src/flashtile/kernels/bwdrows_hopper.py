@@ -308,21 +308,23 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
-                  ROTATE: gl.constexpr):
+                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
     items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
-    staging tile and a dV tile."""
+    staging tile and a dV tile. ``KV_SHARE`` > 1 (:func:`expands`): the items' heads are query
+    heads, ``KV_SHARE`` of them reading one KV head's K and V (:func:`_kv_column`), and dK, dV
+    leave at the item's own head of the per-query-head outputs."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
     dtype: gl.constexpr = k_desc.dtype
     first = gl.program_id(0)
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
         BLOCK_M, HEAD_D, CAUSAL, GROUP)
-    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0, kv_col, HALF * BLOCK_N,
-             None, None, None, None)
+    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, kv_row0,
+             _kv_column(kv_col, KV_SHARE, HEAD_D), HALF * BLOCK_N, None, None, None, None)
     dq_buf = dq_smem.index(HALF)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     # (the dQ part: this consumer's half of the head dim)
@@ -346,8 +348,9 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
                     0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
-                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row, next_col,
-                         HALF * BLOCK_N, None, None, None, None)
+                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row,
+                         _kv_column(next_col, KV_SHARE, HEAD_D), HALF * BLOCK_N, None, None,
+                         None, None)
             tma.store_wait(0)       # (dK's staging tile: the last dQ reduction has read it)
             gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
             _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale,
@@ -363,6 +366,15 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             CAUSAL, GROUP, SKIP_MASKED, ROTATE)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
+
+
+@gluon.jit
+def _kv_column(col, KV_SHARE: gl.constexpr, HEAD_D: gl.constexpr):
+    """The K/V column an item of head column ``col`` loads from: its own, or with ``KV_SHARE``
+    query heads per KV head (:func:`expands`) its KV head's, ``col // HEAD_D // KV_SHARE``."""
+    if KV_SHARE > 1:
+        col = col // (HEAD_D * KV_SHARE) * HEAD_D
+    return col
 
 
 @gluon.jit
@@ -388,7 +400,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                       PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
-                      ROTATE: gl.constexpr = False):
+                      ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -421,13 +433,13 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE)),
+                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE)),
+                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
@@ -472,16 +484,33 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
 
 
+def expands(q: torch.Tensor, k: torch.Tensor, params) -> bool:
+    """Whether a GQA call's one pass computes dK and dV per query head (``KV_SHARE``): each
+    work item one query head's keys, as with MHA, its K and V read from the KV head; the
+    caller sums each KV head's group (:func:`.plans.copy_into`), as cuDNN does (its
+    ``fmha_reduce_head`` kernel). Otherwise an item walks every query head of its KV head in
+    turn: 8 times the work of an MHA item in 8 times fewer items, which at causal lengths
+    leaves SMs idle while the long items finish (H100, session 49, GQA 8:1 d=128 bf16, 16k
+    tokens: this kernel 700 / 1,674 / 5,730 us at causal 1k / 4k / 16k against 444 / 1,442 /
+    5,362 for MHA of the same FLOPs). ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it;
+    unset or ``auto``: off (not yet measured)."""
+    if q.shape[2] == k.shape[2] or not takes(q, k):
+        return False
+    return bool(env_forced("FLASHTILE_GLUON_BWD_EXPAND"))
+
+
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     """dK and dV into ``dk``/``dv`` and ``softmax_scale * dS K`` added into ``dq_acc``
     (float32, :func:`.bwd_hopper.dq_acc_shape`, zeros), as :func:`.bwd_hopper.dkdv`'s one
-    pass (same arguments; the caller has checked :func:`takes`)."""
+    pass (same arguments; the caller has checked :func:`takes`). ``dk``/``dv`` with q's heads
+    (:func:`expands`) take each query head's dK and dV, for the caller to sum per KV head."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
+    heads = dk.shape[2]                 # (the items' heads: k's, or q's when expanded)
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = _CONFIGS[d]
     n_ntiles = sk // (2 * block_n)
-    n_work = n_ntiles * b * hkv
+    n_work = n_ntiles * b * heads
     causal = fwd_hopper.causal(params)
     # (the dQ accumulator's TMA blocks: a consumer's part, half the head dim)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
@@ -490,18 +519,18 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
     n_programs = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                      persistent(causal))
     persist = n_programs < n_work
-    group = bwd_hopper.causal_order(q, k, n_ntiles, n_programs) if causal else 1
+    group = bwd_hopper.causal_order(q, dk, n_ntiles, n_programs) if causal else 1
     rotated = bwd_hopper.rotates(d, causal, True)
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
-        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), hkv,
-         hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
+        (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), heads,
+         hq // heads, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
-             SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > hkv),
-             GROUP=group, ROTATE=rotated),
+             SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > heads),
+             GROUP=group, ROTATE=rotated, KV_SHARE=heads // hkv),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
         + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
-        + (" rotated" if rotated else ""))
+        + (" rotated" if rotated else "") + (" per query head" if heads > hkv else ""))

@@ -200,10 +200,10 @@ class Plan:
 
     def replay(self, tensors: dict, device: torch.device) -> tuple:
         """Allocate the buffers (through ``alloc``: NaN-poisoned under the tests), add them to
-        ``tensors`` (the call's inputs by name), relaunch, then copy (``dst.copy_(src)`` read
-        in dst's shape); returns the outputs. (Shapes are kept as tuples of ints, which
-        ``alloc`` passes as separate sizes: a ``torch.Size`` takes torch ~1 us longer to parse
-        per allocation on the development CPU.)"""
+        ``tensors`` (the call's inputs by name), relaunch, then copy (:func:`copy_into`);
+        returns the outputs. (Shapes are kept as tuples of ints, which ``alloc`` passes as
+        separate sizes: a ``torch.Size`` takes torch ~1 us longer to parse per allocation on
+        the development CPU.)"""
         tensors = dict(tensors)
         for name, shape, dtype in self.buffers:
             tensors[name] = alloc(shape, dtype, device)
@@ -211,9 +211,21 @@ class Plan:
         for launch in self.launches:
             launch(tensors, stream)
         for dst, src in self.copies:
-            # (view_as: a torch.Size argument costs ~4 us more to parse on the development CPU)
-            tensors[dst].copy_(tensors[src].view_as(tensors[dst]))
+            copy_into(tensors[dst], tensors[src])
         return tuple(tensors[name] for name in self.outputs)
+
+
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """A call's closing copy: ``src`` in ``dst``'s shape and dtype (a one-pass dQ's float32
+    sum), or, where ``src`` ``(b, s, h * g, d)`` holds ``g`` heads for each of ``dst``'s
+    ``(b, s, h, d)``, their sum (GQA's dK/dV computed per query head,
+    :func:`.bwdrows_hopper.expands`; torch sums in float32 and rounds once)."""
+    if src.numel() == dst.numel():
+        # (view_as: a torch.Size argument costs ~4 us more to parse on the development CPU)
+        dst.copy_(src.view_as(dst))
+    else:
+        b, s, h, d = dst.shape
+        torch.sum(src.view(b, s, h, src.shape[2] // h, d), dim=3, out=dst)
 
 
 class Recorder:
@@ -245,7 +257,8 @@ class Recorder:
         """The plan, or None when a launch passed a tensor missing from ``tensors`` (the call's
         inputs and ``buffers``, by name; stand-ins may appear under several names).
         ``scalars``: kernel parameter -> name of the call's value that replays pass there;
-        ``copies``: (dst, src) names, copied after the launches as the call did."""
+        ``copies``: (dst, src) names, copied after the launches as the call did
+        (:func:`copy_into`)."""
         # (a buffer's name wins over an input that is a stand-in for it: buffers are what a
         # replay allocates)
         names = {id(t): name for name, t in tensors.items()
