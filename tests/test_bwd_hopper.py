@@ -5,6 +5,8 @@ Gluon forward in tests/test_fwd_hopper.py); and what it shares with the Gluon dQ
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from test_fwd_hopper import fallback_call
@@ -103,7 +105,8 @@ def test_skip_masked_rule(monkeypatch, value, causal, hq, one_pass, d, seqlen, s
 def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) -> None:
     """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` over one call: all three gradients within budget
     (``test_kernels.check``), one launch of the dK/dV kernel, with the skip exactly where it
-    applies (causal, one query head per KV head)."""
+    applies (causal, one query head per work item: MHA, or causal GQA in d=128's rows kernel,
+    per query head: :func:`.bwdrows_hopper.expands`)."""
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic" if one_pass else "two-pass")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
     launches = gluon_launches(monkeypatch)
@@ -113,7 +116,9 @@ def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) 
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
     # (the rows kernel, d=128's default one pass, has no ONE_PASS switch: it is one)
     assert meta.get("ONE_PASS", True) is one_pass
-    assert meta["SKIP_MASKED"] is (causal and hq == hkv)
+    per_query_head = (one_pass and causal and d == 128 and hq > hkv
+                      and os.environ.get("FLASHTILE_GLUON_BWD_ROWS") != "0")
+    assert meta["SKIP_MASKED"] is (causal and (hq == hkv or per_query_head))
 
 
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
@@ -140,8 +145,9 @@ def test_skip_masked_tiles_one_pass(gluon_calls, monkeypatch, shape, causal, dty
 def test_skip_masked_tiles_rows(gluon_calls, monkeypatch, shape, causal, dtype):
     """The skip in the rows kernel's one pass (:mod:`.bwdrows_hopper`: d=128's default, d=64
     with ``FLASHTILE_GLUON_BWD_ROWS=1``): the second consumer's tiles above its keys only
-    hand over a zero dS half and add their dQ columns from the other's; GQA (4:1) unchanged,
-    no skip."""
+    hand over a zero dS half and add their dQ columns from the other's; GQA 4:1 at d=128
+    causal runs per query head (:func:`.bwdrows_hopper.expands`), so it skips as MHA does;
+    d=64's GQA (per KV head) does not."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
     assert plans.gluon_configs["dkdv"].startswith("gluon rows"), plans.gluon_configs

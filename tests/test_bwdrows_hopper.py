@@ -50,15 +50,18 @@ def _rows_run(gluon_calls, monkeypatch, shape, causal, dtype, rows=None, persist
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128)])
 def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
-    dK, dV and dQ (GQA 3:1 with several items per KV head, MHA with one item of 128 keys and
-    4 query tiles per head, and one item of 2 query tiles: one tile in the loop, the other
-    peeled; causal and not; fewer items than SMs: one program each): all three gradients
-    within budget, one launch, of the rows kernel, and no dQ kernel."""
+    dK, dV and dQ (GQA 3:1 with several items per KV head, causal: per query head; MHA with
+    one item of 128 keys and 4 query tiles per head, and one item of 2 query tiles: one tile
+    in the loop, the other peeled; causal and not; fewer items than SMs: one program each):
+    all three gradients within budget, one launch, of the rows kernel, and no dQ kernel."""
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
     grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
     b, s, hq, hkv, d = shape
-    assert label == "gluon rows 128x64/2s +dQ" + ("" if causal else " rotated"), label
+    per_query_head = causal and hq > hkv                 # (bwdrows_hopper.expands)
+    assert label == ("gluon rows 128x64/2s +dQ" + ("" if causal else " rotated")
+                     + (" per query head" if per_query_head else "")), label
     assert meta["CAUSAL"] == causal
-    assert grid == (b * hkv * s // 128,)
+    assert grid == (b * (hq if per_query_head else hkv) * s // 128,)
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 64), (4, 2048, 8, 8, 64)])
@@ -139,12 +142,13 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 def test_rows_per_query_head_rule(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_EXPAND=1`` (:func:`bwdrows_hopper.expands`): a GQA one pass at
-    d=128 computes dK/dV per query head (``dkdv_heads`` is q's heads), a grid over (batch,
-    query head, key item) with ``KV_SHARE`` query heads per KV head, the masked-tile skip of
-    MHA (an item has one query head); unset, ``auto`` or ``0``, MHA, and d=64 (not the rows
-    kernel) keep k's heads; anything else is refused; the variable is a plan-key option.
-    Runs on the CPU: the launches are captured, not made."""
+    """:func:`bwdrows_hopper.expands`: a causal GQA one pass at d=128 computes dK/dV per query
+    head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over (batch, query head,
+    key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
+    item has one query head); ``0``, unmasked (unless ``1``), MHA and d=64 (the rows kernel
+    opt-in there, even with ``FLASHTILE_GLUON_BWD_ROWS=1``) keep k's heads; anything else is
+    refused; the variable is a plan-key option. Runs on the CPU: the launches are captured,
+    not made."""
     assert "FLASHTILE_GLUON_BWD_EXPAND" in common.GLUON_OPTIONS["bwd_hopper"]
     for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
                  "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_SKIP_MASKED"):
@@ -153,14 +157,21 @@ def test_rows_per_query_head_rule(monkeypatch):
     q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
     k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
     params, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
-    for value, want in ((None, 2), ("auto", 2), ("0", 2), ("1", 8)):
+    full, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+    d64 = q[..., :64], k[..., :64]
+    for value, causal_heads, full_heads in ((None, 8, 2), ("auto", 8, 2), ("0", 2, 2),
+                                            ("1", 8, 8)):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", value)
-        assert bwd_hopper.dkdv_heads(q, k, params) == want, value
+        assert bwd_hopper.dkdv_heads(q, k, params) == causal_heads, value
+        assert bwd_hopper.dkdv_heads(q, k, full) == full_heads, value
         assert bwd_hopper.dkdv_heads(q, q, params) == 8                  # MHA
-        assert bwd_hopper.dkdv_heads(q[..., :64], k[..., :64], params) == 2   # d=64
+        assert bwd_hopper.dkdv_heads(*d64, params) == 2                  # d=64
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
+        assert bwd_hopper.dkdv_heads(*d64, params) == 2
+        monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS")
     parts = torch.empty(2, 1024, 8, 128, dtype=torch.bfloat16)
     lse = dsum = torch.zeros(2, 8, 1024)
     bwd_hopper.dkdv(q, k, k, q, lse, dsum, parts, parts.clone(), params,
@@ -176,10 +187,11 @@ def test_rows_per_query_head_rule(monkeypatch):
 
 @gluon_cases_over([(2, 1024, 16, 2, 128), (3, 512, 12, 4, 128), (1, 256, 4, 1, 128)])
 def test_rows_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_EXPAND=1``: GQA 8:1 and 3:1 and MQA, causal and not, dK/dV
-    computed per query head and summed per KV head: all three gradients within budget (the
-    outputs NaN-poisoned), one launch of the rows kernel with ``KV_SHARE`` = hq / hkv over
-    (batch, query head, key item)."""
+    """``FLASHTILE_GLUON_BWD_EXPAND=1`` (causal GQA's default; forced here for the unmasked
+    cases too): GQA 8:1 and 3:1 and MQA, causal and not, dK/dV computed per query head and
+    summed per KV head: all three gradients within budget (the outputs NaN-poisoned), one
+    launch of the rows kernel with ``KV_SHARE`` = hq / hkv over (batch, query head, key
+    item)."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "1")
     grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
     b, s, hq, hkv, d = shape

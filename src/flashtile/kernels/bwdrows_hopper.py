@@ -492,11 +492,18 @@ def expands(q: torch.Tensor, k: torch.Tensor, params) -> bool:
     turn: 8 times the work of an MHA item in 8 times fewer items, which at causal lengths
     leaves SMs idle while the long items finish (H100, session 49, GQA 8:1 d=128 bf16, 16k
     tokens: this kernel 700 / 1,674 / 5,730 us at causal 1k / 4k / 16k against 444 / 1,442 /
-    5,362 for MHA of the same FLOPs). ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it;
-    unset or ``auto``: off (not yet measured)."""
-    if q.shape[2] == k.shape[2] or not takes(q, k):
+    5,362 for MHA of the same FLOPs).
+
+    Measured there (call 6, forward+backward kernel sums, two alternating rounds, per query
+    head over per KV head): 0.786 / 0.934 / 0.974 at causal 1k / 4k / 16k (0.77x -> 0.96x
+    cuDNN at 1k). So it runs for causal GQA at the rows kernel's default head dim (d=128;
+    unmasked GQA, already level with cuDNN, is unmeasured and stays per KV head);
+    ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it on / off at d=128 (d=64's opt-in rows
+    kernel never: not run on a GPU so)."""
+    if q.shape[2] == k.shape[2] or not takes(q, k) or q.shape[3] in OPT_IN:
         return False
-    return bool(env_forced("FLASHTILE_GLUON_BWD_EXPAND"))
+    forced = env_forced("FLASHTILE_GLUON_BWD_EXPAND")
+    return fwd_hopper.causal(params) if forced is None else forced
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
