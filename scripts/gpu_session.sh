@@ -57,8 +57,8 @@ for step in $STEPS; do
       # shard 2 outlasted 480 s), unless FLASHTILE_TEST_SHARD_TIMES names an earlier run's
       # $OUT/times.tsv: by default docs/results/gpu-test-times.tsv, the whole suite's seconds
       # in session 40 (both shards' logs: an H100, 8 processes; refresh it when the suite
-      # grows). The shell shows pytest's summary. At TESTS_TIMEOUT pytest gets SIGINT, so that it still prints its
-      # counts and the summary (SIGKILL 20 s later).
+      # grows). The shell shows pytest's summary. At TESTS_TIMEOUT pytest gets SIGINT, so
+      # that it still prints its counts and the summary (SIGKILL 20 s later).
       [ -f docs/results/gpu-test-times.tsv ] \
         && export FLASHTILE_TEST_SHARD_TIMES=${FLASHTILE_TEST_SHARD_TIMES:-docs/results/gpu-test-times.tsv}
       FLASHTILE_TEST_TIMES="$OUT/times.tsv" FLASHTILE_AUTOTUNE=0 timeout -s INT -k 20 ${TESTS_TIMEOUT:-560} \

@@ -892,11 +892,11 @@ def skips_masked(causal: bool, n_ntiles: int, gqa: bool) -> bool:
 
     Never with several query heads in an item (``gqa``; GQA computed per query head,
     :func:`.bwdrows_hopper.expands`, has one), where the masked tiles recur within the item,
-    once per query head. This
-    kernel mapping each load to its tile made ptxas serialise every wgmma (C7512, session 32);
-    the rows kernel carried the item's tiles query tile by query tile so that they came first,
-    and measured 1.075x / 1.132x of no skip at d=128 8:1 causal 512 / 1k (session 34, fwd+bwd
-    kernel sums, two rounds; its first form deadlocked, session 33): removed since."""
+    once per query head. This kernel mapping each load to its tile made ptxas serialise every
+    wgmma (C7512, session 32); the rows kernel carried the item's tiles query tile by query
+    tile so that they came first, and measured 1.075x / 1.132x of no skip at d=128 8:1 causal
+    512 / 1k (session 34, fwd+bwd kernel sums, two rounds; its first form deadlocked, session
+    33): removed since."""
     forced = env_forced("FLASHTILE_GLUON_BWD_SKIP_MASKED")
     if not causal or gqa:
         return False
