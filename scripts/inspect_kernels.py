@@ -211,17 +211,17 @@ def inspect_gluon(args, dtype) -> int:
                                                   None, False)
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
+    def parts(one_pass):    # (dK/dV per query head where FLASHTILE_GLUON_BWD_EXPAND says so)
+        return torch.empty(1, args.seqlen, bwd_hopper.dkdv_heads(q, k, params, one_pass),
+                           args.d, dtype=dtype)
+
     if has_config(bwd_hopper, args.d):
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty_like(k), torch.empty_like(v),
-                        params)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, parts(False), parts(False), params)
         if args.one_pass and not bwd_hopper.has_one_pass(args.d):
             print(f"(skipped the one-pass dkdv: none at d={args.d})")
         elif args.one_pass:
             bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
-            # (dK/dV per query head where FLASHTILE_GLUON_BWD_EXPAND has the rows kernel do so)
-            parts = (1, args.seqlen, bwd_hopper.dkdv_heads(q, k, params), args.d)
-            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, torch.empty(parts, dtype=dtype),
-                            torch.empty(parts, dtype=dtype), params,
+            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, parts(True), parts(True), params,
                             dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)

@@ -337,6 +337,62 @@ def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
     assert dq_calls == []
 
 
+def test_per_query_head_launch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_EXPAND=1`` in this kernel (:func:`bwd_hopper.dkdv_heads`: d=64
+    and d=96, one pass and two; opt-in here): dK/dV buffers with q's heads make a grid over
+    (batch, query head, key item), ``KV_SHARE`` = hq / hkv, one query head an item (group 1:
+    MHA's skip and serial order), labelled so; k-shaped buffers keep the per-KV-head launch.
+    Captured on the CPU."""
+    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_SKIP_MASKED",
+                 "FLASHTILE_GLUON_BWD_SERIAL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "1")
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    for d, one_pass in ((64, True), (64, False), (96, False)):
+        q, dout = (torch.randn(2, 1024, 6, d, dtype=torch.bfloat16) for _ in range(2))
+        k = torch.randn(2, 1024, 2, d, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
+        heads = bwd_hopper.dkdv_heads(q, k, params, one_pass)
+        assert heads == 6, (d, one_pass)
+        lse = dsum = torch.zeros(2, 6, 1024)
+        dq_acc = torch.zeros(bwd_hopper.dq_acc_shape(q)) if one_pass else None
+        for parts, share in ((torch.empty(2, 1024, heads, d, dtype=torch.bfloat16), 3),
+                             (torch.empty_like(k), 1)):
+            bwd_hopper.dkdv(q, k, k, dout, lse, dsum, parts, parts.clone(), params,
+                            dq_acc=dq_acc)
+            ((_, kernel, grid, _, args, meta, _, _, label),) = launches
+            launches.clear()
+            assert kernel is bwd_hopper._dkdv_hopper_kernel, (d, one_pass)
+            assert meta["KV_SHARE"] == share
+            assert label.endswith(" per query head") is (share > 1), label
+            items_heads = 6 if share > 1 else 2
+            n_work = bwd_hopper.work_tiles(q, k) * 2 * items_heads
+            # (the arguments end: heads, group, sq, sk, n_ntiles, n_work, two scales)
+            assert args[-8:-2] == (items_heads, 6 // items_heads, 1024, 1024,
+                                   bwd_hopper.work_tiles(q, k), n_work), args[-8:]
+            assert grid[0] <= n_work, grid
+            assert meta["SKIP_MASKED"] is (share > 1 and bwd_hopper.skips_masked(
+                True, bwd_hopper.work_tiles(q, k), False))
+
+
+@gluon_cases_over([(2, 1024, 8, 2, 64), (3, 512, 4, 1, 64), (2, 1024, 6, 2, 96)])
+def test_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_EXPAND=1`` at d=64 (one pass and two) and d=96 (two passes):
+    GQA and MQA, causal and not, dK/dV per query head in this kernel, summed per KV head:
+    all three gradients within budget (outputs NaN-poisoned); one launch, per query head."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "1")
+    b, s, hq, hkv, d = shape
+    for mode in ("atomic", "two-pass") if d == 64 else ("two-pass",):
+        monkeypatch.setenv("FLASHTILE_BWD_DQ", mode)
+        launches = gluon_launches(monkeypatch)
+        gluon_calls.clear()
+        check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+        assert len(gluon_calls) == 1, mode
+        (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
+        assert meta["KV_SHARE"] == hq // hkv, mode
+
+
 @gluon_cases_over([(2, 1024, 8, 2, 128), (3, 512, 4, 1, 64)])
 def test_one_pass_dq_late(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_DQ_LATE=1``: each tile's dQ part leaves after the next tile's

@@ -145,10 +145,10 @@ def test_rows_per_query_head_rule(monkeypatch):
     """:func:`bwdrows_hopper.expands`: a causal GQA one pass at d=128 computes dK/dV per query
     head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over (batch, query head,
     key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
-    item has one query head); ``0``, unmasked (unless ``1``), MHA and d=64 (the rows kernel
-    opt-in there, even with ``FLASHTILE_GLUON_BWD_ROWS=1``) keep k's heads; anything else is
-    refused; the variable is a plan-key option. Runs on the CPU: the launches are captured,
-    not made."""
+    item has one query head); ``0``, unmasked (unless ``1``) and MHA keep k's heads, as does
+    d=64 unless ``1`` (then in :mod:`.bwd_hopper`'s kernel; d=64's opt-in rows kernel,
+    ``FLASHTILE_GLUON_BWD_ROWS=1``, never); anything else is refused; the variable is a
+    plan-key option. Runs on the CPU: the launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_EXPAND" in common.GLUON_OPTIONS["bwd_hopper"]
     for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
                  "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_SKIP_MASKED"):
@@ -165,12 +165,13 @@ def test_rows_per_query_head_rule(monkeypatch):
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", value)
-        assert bwd_hopper.dkdv_heads(q, k, params) == causal_heads, value
-        assert bwd_hopper.dkdv_heads(q, k, full) == full_heads, value
-        assert bwd_hopper.dkdv_heads(q, q, params) == 8                  # MHA
-        assert bwd_hopper.dkdv_heads(*d64, params) == 2                  # d=64
+        assert bwd_hopper.dkdv_heads(q, k, params, True) == causal_heads, value
+        assert bwd_hopper.dkdv_heads(q, k, full, True) == full_heads, value
+        assert bwd_hopper.dkdv_heads(q, q, params, True) == 8                  # MHA
+        # (d=64: the transposed kernel, per query head only when forced)
+        assert bwd_hopper.dkdv_heads(*d64, params, True) == (8 if value == "1" else 2)
         monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
-        assert bwd_hopper.dkdv_heads(*d64, params) == 2
+        assert bwd_hopper.dkdv_heads(*d64, params, True) == 2
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS")
     parts = torch.empty(2, 1024, 8, 128, dtype=torch.bfloat16)
     lse = dsum = torch.zeros(2, 8, 1024)
@@ -182,7 +183,7 @@ def test_rows_per_query_head_rule(monkeypatch):
     assert meta["KV_SHARE"] == 4 and meta["SKIP_MASKED"]
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_EXPAND must be 0, 1 or 'auto'"):
-        bwd_hopper.dkdv_heads(q, k, params)
+        bwd_hopper.dkdv_heads(q, k, params, True)
 
 
 @gluon_cases_over([(2, 1024, 16, 2, 128), (3, 512, 12, 4, 128), (1, 256, 4, 1, 128)])

@@ -698,9 +698,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    # (GQA's one pass may compute dK/dV per query head, each KV head's group summed at the
-    # end: :func:`.bwdrows_hopper.expands`)
-    dkdv_heads = hopper.dkdv_heads(q, k, params) if hopper is not None and atomic else nheads_kv
+    # (GQA's dK/dV may be computed per query head, each KV head's group summed at the end:
+    # :func:`.bwd_hopper.dkdv_heads`)
+    dkdv_heads = hopper.dkdv_heads(q, k, params, atomic) if hopper is not None else nheads_kv
     dk_part, dv_part = dk4, dv4
     if dkdv_heads != nheads_kv:
         dk_part = alloc((*k.shape[:2], dkdv_heads, head_d), k.dtype, k.device)

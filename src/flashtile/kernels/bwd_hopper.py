@@ -345,6 +345,16 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, buf, item_row, kv_col,
 
 
 @gluon.jit
+def _kv_column(col, KV_SHARE: gl.constexpr, HEAD_D: gl.constexpr):
+    """The K/V column an item of head column ``col`` loads from: its own, or with ``KV_SHARE``
+    query heads per KV head (:func:`dkdv_heads`) its KV head's, ``col // HEAD_D // KV_SHARE``
+    (``HEAD_D``: the whole head dim, both parts where it is split)."""
+    if KV_SHARE > 1:
+        col = col // (HEAD_D * KV_SHARE) * HEAD_D
+    return col
+
+
+@gluon.jit
 def _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, slot, s_zero, k_cur2, v_cur2, q_smem2,
                   do_smem2):
     """Issue S^T = K Q^T and dP^T = V dO^T of the (Q, dO) tile in ring slot ``slot``; where
@@ -438,7 +448,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   GROUP: gl.constexpr, ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                   KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
                   v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
-                  SKIP_MASKED: gl.constexpr, SERIAL: gl.constexpr, ROTATE: gl.constexpr):
+                  SKIP_MASKED: gl.constexpr, SERIAL: gl.constexpr, ROTATE: gl.constexpr,
+                  KV_SHARE: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -464,7 +475,9 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     part of their dQ, :func:`_skipped_dq`); its tile loop starts at ``SKIP``. (A loop counted
     from 0 over the consumer's own tiles, or one over the ring's loads that maps each to its
     tile, as GQA would need, made ptxas serialise every wgmma, C7512; this one does not.)
-    ``ROTATE``: unmasked items start at their own query tile (:func:`_item`)."""
+    ``ROTATE``: unmasked items start at their own query tile (:func:`_item`). ``KV_SHARE`` > 1
+    (:func:`dkdv_heads`): the items' heads are query heads, ``KV_SHARE`` of them reading one KV
+    head's K and V (:func:`_kv_column`), dK and dV leaving at the item's own head."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -487,8 +500,9 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     _, kv_row0, kv_col, _, _, _, _, _, _, _ = _item(
         first, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
         BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
-    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF, kv_row0, kv_col,
-             HALF * BLOCK_N, k_desc2, v_desc2, k_smem2, v_smem2)
+    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF, kv_row0,
+             _kv_column(kv_col, KV_SHARE, HEAD_D + HEAD_D2), HALF * BLOCK_N, k_desc2, v_desc2,
+             k_smem2, v_smem2)
     it = 0          # (Q, dO) tiles read from the ring so far
     c = 0           # work items done so far
     for w in range(first, n_work, step):
@@ -536,7 +550,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
                 BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
             _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF + (c + 1) % KV_BUFS,
-                     nrow, ncol, HALF * BLOCK_N, k_desc2, v_desc2, k_smem2, v_smem2)
+                     nrow, _kv_column(ncol, KV_SHARE, HEAD_D + HEAD_D2), HALF * BLOCK_N,
+                     k_desc2, v_desc2, k_smem2, v_smem2)
         # Tile 0's products complete before dK/dV's zeros exist (see fwd_hopper: the compiler
         # would otherwise place the zeros mid-flight and ptxas serialise every wgmma).
         st, dpt = warpgroup_mma_wait(0, deps=(st, dpt))
@@ -681,7 +696,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                         KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0,
                         SKIP_MASKED: gl.constexpr = False, SERIAL: gl.constexpr = False,
-                        ROTATE: gl.constexpr = False):
+                        ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
@@ -736,14 +751,16 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE,
+                         KV_SHARE)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                          n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
-                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE)),
+                         v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE,
+                         KV_SHARE)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
@@ -958,16 +975,25 @@ def persistent_ahead(d: int, causal: bool = False, n_ntiles: int = 0) -> bool:
     return d == 64 and not (causal and n_ntiles > 8)     # (:func:`one_pass`'s 8 items)
 
 
-def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params) -> int:
-    """The heads of the dK/dV that the one pass writes: k's, or q's where the rows kernel
-    computes them per query head (:func:`.bwdrows_hopper.expands`; the caller then sums each
-    KV head's group, :func:`.plans.copy_into`)."""
+def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> int:
+    """The heads of the dK/dV that :func:`dkdv` writes (``one_pass``: with dQ): k's, or with
+    GQA q's where they are computed per query head, each work item one query head's keys
+    (``KV_SHARE``; the caller then sums each KV head's group, :func:`.plans.copy_into`). The
+    rows kernel (d=128's one pass) by its rule, :func:`.bwdrows_hopper.expands` (causal);
+    this kernel (d=64, d=96, two passes) only with ``FLASHTILE_GLUON_BWD_EXPAND=1`` (not yet
+    run on a GPU; its items then have one query head, like MHA's, and take MHA's orders)."""
     from . import bwdrows_hopper        # (imports this module)
-    return q.shape[2] if bwdrows_hopper.expands(q, k, params) else k.shape[2]
+    hq, hkv = q.shape[2], k.shape[2]
+    if hq == hkv:
+        return hkv
+    if one_pass and bwdrows_hopper.takes(q, k):
+        return hq if bwdrows_hopper.expands(q, k, params) else hkv
+    return hq if env_forced("FLASHTILE_GLUON_BWD_EXPAND") else hkv
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> None:
-    """dK and dV into ``dk``/``dv`` (shaped and typed like k/v) from q, k, v ``(b, s, h, d)``,
+    """dK and dV into ``dk``/``dv`` (typed like k/v; shaped like them, or with q's heads:
+    each query head's, :func:`dkdv_heads`) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
     (``rowsum(dO * O)``). The caller has checked :func:`supports`; ``record``: the calling
     plan's recorder (:func:`.plans.gluon_launch`). With ``dq_acc`` (float32, contiguous, shaped
@@ -981,11 +1007,12 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
             return bwdrows_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc)
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
+    heads = dk.shape[2]                 # (the items' heads: k's, or q's per query head)
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     serial_order = serial(d, dq_acc is not None, sq)
     block_n, block_m, stages, regs = launch_config(d, serial_order)
     n_ntiles = work_tiles(q, k)
-    n_work = n_ntiles * b * hkv
+    n_work = n_ntiles * b * heads
     causal = fwd_hopper.causal(params)
     if dq_acc is not None and not has_one_pass(d):
         raise ValueError(f"the Gluon dK/dV kernel has no one pass at d={d} (has_one_pass)")
@@ -1005,20 +1032,20 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                persistent_ahead(d, causal, n_ntiles))
-    group = causal_order(q, k, n_ntiles, grid) if causal else 1
+    group = causal_order(q, dk, n_ntiles, grid) if causal else 1    # (dk: the items' heads)
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))
          + (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
-            hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
-            params.softmax_scale)),
+            heads, hq // heads, sq, sk, n_ntiles, n_work,
+            params.softmax_scale * fwd_hopper.LOG2E, params.softmax_scale)),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=first, HEAD_D2=second, NUM_STAGES=stages,
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
              GROUP=group, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
-             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > hkv), SERIAL=serial_order,
-             ROTATE=rotated),
+             SKIP_MASKED=skips_masked(causal, n_ntiles, hq > heads), SERIAL=serial_order,
+             ROTATE=rotated, KV_SHARE=heads // hkv),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
         + (" serial" if serial_order else "") + (f" window {-group}" if group < 0 else "")
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ")
-        + (" rotated" if rotated else ""))
+        + (" rotated" if rotated else "") + (" per query head" if heads > hkv else ""))

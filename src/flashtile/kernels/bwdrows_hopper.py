@@ -101,8 +101,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import (_item, _load_kv, _load_q_do, _query_pos, _row_stats, _tma_reduce_add,
-                         item_query_tile)
+from .bwd_hopper import (_item, _kv_column, _load_kv, _load_q_do, _query_pos, _row_stats,
+                         _tma_reduce_add, item_query_tile)
 from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -366,15 +366,6 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             CAUSAL, GROUP, SKIP_MASKED, ROTATE)
         _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
                   kv_col, sm_scale, HALF, BLOCK_N)
-
-
-@gluon.jit
-def _kv_column(col, KV_SHARE: gl.constexpr, HEAD_D: gl.constexpr):
-    """The K/V column an item of head column ``col`` loads from: its own, or with ``KV_SHARE``
-    query heads per KV head (:func:`expands`) its KV head's, ``col // HEAD_D // KV_SHARE``."""
-    if KV_SHARE > 1:
-        col = col // (HEAD_D * KV_SHARE) * HEAD_D
-    return col
 
 
 @gluon.jit
