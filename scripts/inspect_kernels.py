@@ -221,8 +221,12 @@ def inspect_gluon(args, dtype) -> int:
             print(f"(skipped the one-pass dkdv: none at d={args.d})")
         elif args.one_pass:
             bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
-            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, parts(True), parts(True), params,
-                            dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)))
+            # (or added into float32 accumulators: FLASHTILE_GLUON_BWD_EXPAND_ADD=1)
+            add_to = ((torch.zeros(k.shape), torch.zeros(v.shape))
+                      if bwd_hopper.adds_dkdv(q, k, params, True) else None)
+            out = (torch.empty_like(k),) * 2 if add_to else (parts(True), parts(True))
+            bwd_hopper.dkdv(q, k, v, dout, lse, dsum, *out, params,
+                            dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=add_to)
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     if args.d == 256:           # (configs of d=256 alone: not noted as skipped elsewhere)

@@ -376,6 +376,20 @@ def test_per_query_head_launch(monkeypatch):
                 True, bwd_hopper.work_tiles(q, k), False))
 
 
+def test_zero_pair_fills_the_accumulators():
+    """``bwd._zero_pair``: the first n elements of both float32 accumulators (the dK/dV that
+    GQA's query heads add into, :func:`bwd_hopper.adds_dkdv`) become zeros, in programs of
+    BLOCK, the last one partial; nothing beyond n is written. (The Triton interpreter on the
+    CPU, the GPU otherwise.)"""
+    from flashtile.kernels import bwd
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, y = (torch.full((100,), float("nan"), device=device) for _ in range(2))
+    bwd._zero_pair[(3,)](x, y, 37, BLOCK=16)
+    for t in (x, y):
+        assert torch.equal(t[:37], torch.zeros(37, device=device))
+        assert t[37:].isnan().all()
+
+
 @gluon_cases_over([(2, 1024, 8, 2, 64), (3, 512, 4, 1, 64), (2, 1024, 6, 2, 96)])
 def test_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_EXPAND=1`` at d=64 (one pass and two) and d=96 (two passes):

@@ -186,6 +186,59 @@ def test_rows_per_query_head_rule(monkeypatch):
         bwd_hopper.dkdv_heads(q, k, params, True)
 
 
+def test_rows_per_query_head_added_launch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_EXPAND_ADD=1`` (:func:`bwdrows_hopper.adds`, opt-in): the
+    per-query-head dK/dV are added into float32 accumulators shaped like k (``ADD_DKDV``, the
+    accumulators among the kernel's arguments, labelled " added"); only where dK/dV are per
+    query head and in the rows kernel (``adds_dkdv``); unset, ``auto`` or ``0``: parts. Runs on
+    the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_EXPAND_ADD" in common.GLUON_OPTIONS["bwd_hopper"]
+    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_EXPAND"):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
+    k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
+    causal, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
+    full, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+    for value, want in ((None, False), ("auto", False), ("0", False), ("1", True)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", value)
+        assert bwd_hopper.adds_dkdv(q, k, causal, True) is want, value
+        assert not bwd_hopper.adds_dkdv(q, k, causal, False)     # (two passes: not the rows)
+        assert not bwd_hopper.adds_dkdv(q, k, full, True)        # (per KV head unmasked)
+        assert not bwd_hopper.adds_dkdv(q, q, causal, True)      # (MHA)
+    acc = (torch.zeros(k.shape), torch.zeros(k.shape))
+    lse = dsum = torch.zeros(2, 8, 1024)
+    bwd_hopper.dkdv(q, k, k, q, lse, dsum, torch.empty_like(k), torch.empty_like(k), causal,
+                    dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=acc)
+    ((_, kernel, grid, _, args, meta, _, _, label),) = launches
+    assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["ADD_DKDV"]
+    assert meta["KV_SHARE"] == 4 and grid == (2 * 8 * 1024 // 128,)
+    assert args[-3] is acc[0] and args[-2] is acc[1] and args[-1] == 2 * 128, args[-3:]
+    assert label.endswith(" per query head added"), label
+    with pytest.raises(ValueError, match="rows kernel only"):
+        bwd_hopper.dkdv(q, k, k, q, lse, dsum, torch.empty_like(k), torch.empty_like(k),
+                        causal, add_to=acc)                      # (two passes)
+
+
+@gluon_cases_over([(2, 1024, 16, 2, 128), (1, 256, 4, 1, 128)])
+def test_rows_per_query_head_added(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_EXPAND=1`` with ``FLASHTILE_GLUON_BWD_EXPAND_ADD=1``: GQA 8:1 and
+    MQA, causal and not, each query head's dK/dV added into float32 accumulators by atomics
+    from the kernel's registers, then cast: all three gradients within budget, the launch
+    labelled so; then a second call of the same signature, which replays the first's launch
+    plan (the accumulators' zero fill, the kernel, the casts): within budget again."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", "1")
+    grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
+    assert meta["ADD_DKDV"] and label.endswith(" per query head added"), label
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+
+
 @gluon_cases_over([(2, 1024, 16, 2, 128), (3, 512, 12, 4, 128), (1, 256, 4, 1, 128)])
 def test_rows_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_EXPAND=1`` (causal GQA's default; forced here for the unmasked

@@ -50,6 +50,16 @@ from .common import (LOG2E_K, NO_SPECIALIZE, TunedLaunch, alibi_slope_log2, allo
                      tile_start, varlen_args, varlen_sequence, window_args)
 
 
+@triton.jit(do_not_specialize=["n"])
+def _zero_pair(X, Y, n, BLOCK: tl.constexpr):
+    """``X[:n]`` and ``Y[:n]`` set to zeros: the float32 dK/dV accumulators that GQA's query
+    heads add into (:func:`.bwd_hopper.adds_dkdv`), zeroed by a launch a plan replays."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    tl.store(X + offs, tl.zeros([BLOCK], X.dtype.element_ty), mask=ok)
+    tl.store(Y + offs, tl.zeros([BLOCK], Y.dtype.element_ty), mask=ok)
+
+
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",
                                "head_d"])
 def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, stride_dob,
@@ -698,16 +708,24 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     def dq_grid(meta):
         return (cdiv(seqlen_q, meta["BLOCK_M"]) * batch * nheads,)
 
-    # (GQA's dK/dV may be computed per query head, each KV head's group summed at the end:
-    # :func:`.bwd_hopper.dkdv_heads`)
+    # (GQA's dK/dV may be computed per query head, each KV head's group summed at the end
+    # from per-query-head parts, or added into float32 accumulators by the kernel:
+    # :func:`.bwd_hopper.dkdv_heads`, :func:`.bwd_hopper.adds_dkdv`)
     dkdv_heads = hopper.dkdv_heads(q, k, params, atomic) if hopper is not None else nheads_kv
-    dk_part, dv_part = dk4, dv4
-    if dkdv_heads != nheads_kv:
-        dk_part = alloc((*k.shape[:2], dkdv_heads, head_d), k.dtype, k.device)
-        dv_part = alloc((*v.shape[:2], dkdv_heads, head_dv), v.dtype, v.device)
+    sums = add_to = None        # (what dk4/dv4 are summed or cast from at the end)
+    dk_out, dv_out = dk4, dv4   # (what the dK/dV kernel writes)
+    if dkdv_heads != nheads_kv and hopper.adds_dkdv(q, k, params, atomic):
+        sums = add_to = (alloc(k.shape, torch.float32, k.device),
+                         alloc(v.shape, torch.float32, v.device))
+        n_acc, block_zero = k.numel(), 16 if interpreting() else 4096
+        plans.launch(record, _zero_pair, (cdiv(n_acc, block_zero),), (*add_to, n_acc),
+                     dict(BLOCK=block_zero))
+    elif dkdv_heads != nheads_kv:
+        sums = dk_out, dv_out = (alloc((*k.shape[:2], dkdv_heads, head_d), k.dtype, k.device),
+                                 alloc((*v.shape[:2], dkdv_heads, head_dv), v.dtype, v.device))
     if hopper is not None:
-        hopper.dkdv(q, k, v, dout, lse, dsum, dk_part, dv_part, params, record,
-                    dq_acc if atomic else None)
+        hopper.dkdv(q, k, v, dout, lse, dsum, dk_out, dv_out, params, record,
+                    dq_acc if atomic else None, add_to)
     elif hopper256 is not None:
         hopper256.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record)
     else:
@@ -719,11 +737,11 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             **common, **bias, **sparse_args(params, seqlen_q, lse, "q"),
             stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1],
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
-    parts = {}                                   # (the per-query-head dK/dV, by name)
-    if dk_part is not dk4:
-        plans.copy_into(dk4, dk_part)
-        plans.copy_into(dv4, dv_part)
-        parts = {"dk_part": dk_part, "dv_part": dv_part}
+    parts = {}          # (the per-query-head dK/dV parts or accumulators, by name)
+    if sums is not None:
+        plans.copy_into(dk4, sums[0])
+        plans.copy_into(dv4, sums[1])
+        parts = {"dk_part": sums[0], "dv_part": sums[1]}
     if atomic:
         dq4.copy_(dq_acc.view_as(dq4))           # already scaled; fp32 -> q's dtype
     elif hopper_dq is not None:

@@ -991,7 +991,17 @@ def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> int:
     return hq if env_forced("FLASHTILE_GLUON_BWD_EXPAND") else hkv
 
 
-def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> None:
+def adds_dkdv(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> bool:
+    """Whether the per-query-head dK/dV (:func:`dkdv_heads` above k's heads) are added into
+    float32 accumulators by the rows kernel (:func:`.bwdrows_hopper.adds`) instead of written
+    as per-query-head parts and summed after."""
+    from . import bwdrows_hopper        # (imports this module)
+    return (dkdv_heads(q, k, params, one_pass) > k.shape[2] and one_pass
+            and bwdrows_hopper.takes(q, k) and bwdrows_hopper.adds())
+
+
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
+         add_to=None) -> None:
     """dK and dV into ``dk``/``dv`` (typed like k/v; shaped like them, or with q's heads:
     each query head's, :func:`dkdv_heads`) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
@@ -1000,11 +1010,16 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None) -> 
     :func:`dq_acc_shape`, zeros) the same pass adds ``softmax_scale * dS K`` into it (one
     pass). The one pass at d=128 runs :mod:`.bwdrows_hopper`'s kernel instead (queries as
     rows, by default since session 22; ``FLASHTILE_GLUON_BWD_ROWS=0`` keeps this one,
-    :func:`.bwdrows_hopper.takes`)."""
+    :func:`.bwdrows_hopper.takes`; ``add_to``: its per-query-head dK/dV added into float32
+    accumulators, :func:`adds_dkdv`)."""
     if dq_acc is not None:
         from . import bwdrows_hopper        # (imports this module)
         if bwdrows_hopper.takes(q, k):
-            return bwdrows_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc)
+            return bwdrows_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc,
+                                       add_to)
+    if add_to is not None:
+        raise ValueError("dK/dV added per query head (add_to) run in the rows kernel only "
+                         "(adds_dkdv)")
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     heads = dk.shape[2]                 # (the items' heads: k's, or q's per query head)

@@ -305,10 +305,11 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free, ready, empty,
                   LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                   n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                  DK_ACC, DV_ACC, acc_stride,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
-                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr):
+                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -316,7 +317,8 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
     staging tile and a dV tile. ``KV_SHARE`` > 1 (:func:`expands`): the items' heads are query
     heads, ``KV_SHARE`` of them reading one KV head's K and V (:func:`_kv_column`), and dK, dV
-    leave at the item's own head of the per-query-head outputs."""
+    leave at the item's own head of the per-query-head outputs, or with ``ADD_DKDV`` are added
+    into the KV head's float32 accumulators ``DK_ACC``/``DV_ACC`` (:func:`_dkdv_add`)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
     dtype: gl.constexpr = k_desc.dtype
     first = gl.program_id(0)
@@ -351,10 +353,15 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row,
                          _kv_column(next_col, KV_SHARE, HEAD_D), HALF * BLOCK_N, None, None,
                          None, None)
-            tma.store_wait(0)       # (dK's staging tile: the last dQ reduction has read it)
-            gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
-            _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale,
-                      HALF, BLOCK_N)
+            if ADD_DKDV:
+                _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0,
+                          _kv_column(kv_col, KV_SHARE, HEAD_D), sm_scale, HALF, BLOCK_N,
+                          HEAD_D)
+            else:
+                tma.store_wait(0)   # (dK's staging tile: the last dQ reduction has read it)
+                gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
+                _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale,
+                          HALF, BLOCK_N)
             it += n_t
             done += 1
     else:
@@ -364,8 +371,28 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
             CAUSAL, GROUP, SKIP_MASKED, ROTATE)
-        _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF), kv_row0,
-                  kv_col, sm_scale, HALF, BLOCK_N)
+        if ADD_DKDV:
+            _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0,
+                      _kv_column(kv_col, KV_SHARE, HEAD_D), sm_scale, HALF, BLOCK_N, HEAD_D)
+        else:
+            _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF),
+                      kv_row0, kv_col, sm_scale, HALF, BLOCK_N)
+
+
+@gluon.jit
+def _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0, col, sm_scale, HALF: gl.constexpr,
+              BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr):
+    """dK (times ``sm_scale``) and dV of the keys' half ``HALF`` added into the float32
+    accumulators ``DK_ACC``/``DV_ACC`` (k's folded ``(b * s, h * d)`` view, rows of
+    ``acc_stride`` elements) at column ``col`` by atomic adds from the registers: the query
+    heads of a KV head sum there, in float32, with no shared-memory staging and no wait (the
+    kernel's end completes them)."""
+    layout: gl.constexpr = dk.type.layout
+    rows = kv_row0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+    cols = col + gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
+    offs = rows.to(gl.int64)[:, None] * acc_stride + cols[None, :]
+    gl.atomic_add(DK_ACC + offs, dk * sm_scale, sem="relaxed")
+    gl.atomic_add(DV_ACC + offs, dv, sem="relaxed")
 
 
 @gluon.jit
@@ -387,11 +414,13 @@ def _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scal
 def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
                       stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, nheads_kv, group,
                       seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
-                      BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                      DK_ACC, DV_ACC, acc_stride, BLOCK_N: gl.constexpr,
+                      BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                       PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
-                      ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1):
+                      ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1,
+                      ADD_DKDV: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -423,14 +452,16 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                         qk_scale, sm_scale, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE)),
+                         qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 0, BLOCK_N, BLOCK_M,
+                         HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
+                         KV_SHARE, ADD_DKDV)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                         qk_scale, sm_scale, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                         GROUP, PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE)),
+                         qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 1, BLOCK_N, BLOCK_M,
+                         HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
+                         KV_SHARE, ADD_DKDV)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
@@ -497,14 +528,27 @@ def expands(q: torch.Tensor, k: torch.Tensor, params) -> bool:
     return fwd_hopper.causal(params) if forced is None else forced
 
 
-def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
+def adds() -> bool:
+    """Whether the per-query-head dK/dV (:func:`expands`) are added into float32 accumulators
+    by atomics from the kernel's registers (``ADD_DKDV``: no per-query-head bf16 parts, 134 MB
+    at GQA 8:1 and 16k tokens, and no summing pass, 67 us on the H100 in session 49; a zero
+    fill and a cast instead) rather than written as parts and summed after.
+    ``FLASHTILE_GLUON_BWD_EXPAND_ADD=1``; unset, ``auto`` or ``0``: parts (not yet run on a
+    GPU). The sums' order then varies from run to run, as the one pass's dQ's may."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_EXPAND_ADD"))
+
+
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) -> None:
     """dK and dV into ``dk``/``dv`` and ``softmax_scale * dS K`` added into ``dq_acc``
     (float32, :func:`.bwd_hopper.dq_acc_shape`, zeros), as :func:`.bwd_hopper.dkdv`'s one
     pass (same arguments; the caller has checked :func:`takes`). ``dk``/``dv`` with q's heads
-    (:func:`expands`) take each query head's dK and dV, for the caller to sum per KV head."""
+    (:func:`expands`) take each query head's dK and dV, for the caller to sum per KV head;
+    ``add_to`` (float32 ``(dk_acc, dv_acc)`` shaped like k, zeros: :func:`adds`) has each
+    query head's added there instead (``dk``/``dv`` shaped like k, then unused)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
-    heads = dk.shape[2]                 # (the items' heads: k's, or q's when expanded)
+    # (the items' heads: k's, or q's per query head)
+    heads = hq if add_to is not None else dk.shape[2]
     lse, dsum = lse.contiguous(), dsum.contiguous()     # (the kernel steps along sq by 1)
     block_n, block_m, stages, regs = _CONFIGS[d]
     n_ntiles = sk // (2 * block_n)
@@ -523,12 +567,14 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc) -> None:
         record, _dkdv_rows_kernel, (n_programs,), tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), heads,
          hq // heads, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
-         params.softmax_scale),
+         params.softmax_scale, *(add_to or (lse, lse)), hkv * d),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > heads),
-             GROUP=group, ROTATE=rotated, KV_SHARE=heads // hkv),
+             GROUP=group, ROTATE=rotated, KV_SHARE=heads // hkv,
+             ADD_DKDV=add_to is not None),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
         + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
-        + (" rotated" if rotated else "") + (" per query head" if heads > hkv else ""))
+        + (" rotated" if rotated else "") + (" per query head" if heads > hkv else "")
+        + (" added" if add_to is not None else ""))

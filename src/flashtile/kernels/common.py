@@ -117,7 +117,7 @@ GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_DQ_LATE",
                                 "FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_SERIAL",
                                 "FLASHTILE_GLUON_BWD_SKIP_MASKED", "FLASHTILE_GLUON_BWD_ROTATE",
-                                "FLASHTILE_GLUON_BWD_EXPAND"),
+                                "FLASHTILE_GLUON_BWD_EXPAND", "FLASHTILE_GLUON_BWD_EXPAND_ADD"),
                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
                                    "FLASHTILE_GLUON_BWD256_GROUP"),
                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256_GROUP",)}
