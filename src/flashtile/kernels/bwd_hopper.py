@@ -997,7 +997,7 @@ def adds_dkdv(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> bool:
     as per-query-head parts and summed after."""
     from . import bwdrows_hopper        # (imports this module)
     return (dkdv_heads(q, k, params, one_pass) > k.shape[2] and one_pass
-            and bwdrows_hopper.takes(q, k) and bwdrows_hopper.adds())
+            and bwdrows_hopper.takes(q, k) and bwdrows_hopper.adds())   # (dv = d there)
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,

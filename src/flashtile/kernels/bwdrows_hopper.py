@@ -385,14 +385,16 @@ def _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0, col, sm_scale, HALF: 
     """dK (times ``sm_scale``) and dV of the keys' half ``HALF`` added into the float32
     accumulators ``DK_ACC``/``DV_ACC`` (k's folded ``(b * s, h * d)`` view, rows of
     ``acc_stride`` elements) at column ``col`` by atomic adds from the registers: the query
-    heads of a KV head sum there, in float32, with no shared-memory staging and no wait (the
-    kernel's end completes them)."""
+    heads of a KV head sum there, in float32, with no shared-memory staging (the kernel's end
+    completes the adds). Then, as :func:`_dkdv_out` ends, a wait for this thread's TMA
+    operations: the item's last dQ reductions read their staging tile until done."""
     layout: gl.constexpr = dk.type.layout
     rows = kv_row0 + HALF * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
     cols = col + gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, layout))
     offs = rows.to(gl.int64)[:, None] * acc_stride + cols[None, :]
     gl.atomic_add(DK_ACC + offs, dk * sm_scale, sem="relaxed")
     gl.atomic_add(DV_ACC + offs, dv, sem="relaxed")
+    tma.store_wait(0)
 
 
 @gluon.jit
