@@ -212,11 +212,14 @@ def test_rows_per_query_head_added_launch(monkeypatch):
         assert not bwd_hopper.adds_dkdv(q, q, causal, True)      # (MHA)
     acc = (torch.zeros(k.shape), torch.zeros(k.shape))
     lse = dsum = torch.zeros(2, 8, 1024)
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", "auto")   # (windows count the heads)
     bwd_hopper.dkdv(q, k, k, q, lse, dsum, torch.empty_like(k), torch.empty_like(k), causal,
                     dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=acc)
     ((_, kernel, grid, _, args, meta, _, _, label),) = launches
     assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["ADD_DKDV"]
     assert meta["KV_SHARE"] == 4 and grid == (2 * 8 * 1024 // 128,)
+    # (the causal order over the items' heads, q's, as the per-query-head parts have them)
+    assert meta["GROUP"] == bwd_hopper.causal_order(q, q, 1024 // 128, grid[0]), meta["GROUP"]
     assert args[-3] is acc[0] and args[-2] is acc[1] and args[-1] == 2 * 128, args[-3:]
     assert label.endswith(" per query head added"), label
     with pytest.raises(ValueError, match="rows kernel only"):

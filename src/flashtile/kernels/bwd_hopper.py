@@ -1047,7 +1047,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                persistent_ahead(d, causal, n_ntiles))
-    group = causal_order(q, dk, n_ntiles, grid) if causal else 1    # (dk: the items' heads)
+    # (the causal order over the items' heads: q's when per query head)
+    group = causal_order(q, q if heads > hkv else k, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))

@@ -563,7 +563,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) 
     n_programs = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                      persistent(causal))
     persist = n_programs < n_work
-    group = bwd_hopper.causal_order(q, dk, n_ntiles, n_programs) if causal else 1
+    # (the causal order over the items' heads: q's when per query head)
+    group = (bwd_hopper.causal_order(q, q if heads > hkv else k, n_ntiles, n_programs)
+             if causal else 1)
     rotated = bwd_hopper.rotates(d, causal, True)
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
