@@ -141,6 +141,22 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
 
 
+def _gqa_call(monkeypatch, *unset):
+    """The per-query-head launch tests' setting: the rows kernel's variables and ``unset``
+    removed, Gluon launches captured (not made); q ``(2, 1024, 8, 128)`` and k
+    ``(2, 1024, 2, 128)`` bf16 on the CPU (GQA 4:1), and their causal and unmasked params.
+    Returns (launches, q, k, causal params, unmasked params)."""
+    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_PERSISTENT", *unset):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
+    k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
+    causal, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
+    full, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+    return launches, q, k, causal, full
+
+
 def test_rows_per_query_head_rule(monkeypatch):
     """:func:`bwdrows_hopper.expands`: a causal GQA one pass at d=128 computes dK/dV per query
     head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over (batch, query head,
@@ -150,14 +166,7 @@ def test_rows_per_query_head_rule(monkeypatch):
     ``FLASHTILE_GLUON_BWD_ROWS=1``, never); anything else is refused; the variable is a
     plan-key option. Runs on the CPU: the launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_EXPAND" in common.GLUON_OPTIONS["bwd_hopper"]
-    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
-                 "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_SKIP_MASKED"):
-        monkeypatch.delenv(name, raising=False)
-    launches = gluon_launches(monkeypatch, run=False, full=True)
-    q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
-    k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
-    params, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
-    full, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+    launches, q, k, params, full = _gqa_call(monkeypatch, "FLASHTILE_GLUON_BWD_SKIP_MASKED")
     d64 = q[..., :64], k[..., :64]
     for value, causal_heads, full_heads in ((None, 8, 2), ("auto", 8, 2), ("0", 2, 2),
                                             ("1", 8, 8)):
@@ -193,14 +202,7 @@ def test_rows_per_query_head_added_launch(monkeypatch):
     query head and in the rows kernel (``adds_dkdv``); unset, ``auto`` or ``0``: parts. Runs on
     the CPU: the launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_EXPAND_ADD" in common.GLUON_OPTIONS["bwd_hopper"]
-    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
-                 "FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_EXPAND"):
-        monkeypatch.delenv(name, raising=False)
-    launches = gluon_launches(monkeypatch, run=False, full=True)
-    q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
-    k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
-    causal, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
-    full, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
+    launches, q, k, causal, full = _gqa_call(monkeypatch, "FLASHTILE_GLUON_BWD_EXPAND")
     for value, want in ((None, False), ("auto", False), ("0", False), ("1", True)):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", raising=False)
