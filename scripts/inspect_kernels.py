@@ -223,7 +223,8 @@ def inspect_gluon(args, dtype) -> int:
             bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
             # (or added into float32 accumulators: FLASHTILE_GLUON_BWD_EXPAND_ADD=1)
             add_to = ((torch.zeros(k.shape), torch.zeros(v.shape))
-                      if bwd_hopper.adds_dkdv(q, k, params, True) else None)
+                      if bwd_hopper.adds_dkdv(q, k, bwd_hopper.dkdv_heads(q, k, params, True),
+                                              True) else None)
             out = (torch.empty_like(k),) * 2 if add_to else (parts(True), parts(True))
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, *out, params,
                             dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=add_to)

@@ -5,8 +5,6 @@ Gluon forward in tests/test_fwd_hopper.py); and what it shares with the Gluon dQ
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from test_fwd_hopper import fallback_call
@@ -116,9 +114,11 @@ def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) 
     (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
     # (the rows kernel, d=128's default one pass, has no ONE_PASS switch: it is one)
     assert meta.get("ONE_PASS", True) is one_pass
-    per_query_head = (one_pass and causal and d == 128 and hq > hkv
-                      and os.environ.get("FLASHTILE_GLUON_BWD_ROWS") != "0")
-    assert meta["SKIP_MASKED"] is (causal and (hq == hkv or per_query_head))
+    # (one query head an item: MHA, or GQA per query head by the backward's own rule)
+    q, k = torch.empty(b, s, hq, d, dtype=dtype), torch.empty(b, s, hkv, d, dtype=dtype)
+    params, _ = _flash_params(q, k, k, 0.0, None, causal, (-1, -1), 0.0, None, False)
+    one_head = bwd_hopper.dkdv_heads(q, k, params, one_pass) == hq
+    assert meta["SKIP_MASKED"] is (causal and one_head)
 
 
 @gluon_cases_over([(3, 512, 4, 4, 64), (2, 1024, 8, 8, 64), (2, 1024, 4, 4, 128),
@@ -397,9 +397,10 @@ def test_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
     all three gradients within budget (outputs NaN-poisoned); one launch, per query head."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", "1")
     b, s, hq, hkv, d = shape
+    launches = gluon_launches(monkeypatch)
     for mode in ("atomic", "two-pass") if d == 64 else ("two-pass",):
         monkeypatch.setenv("FLASHTILE_BWD_DQ", mode)
-        launches = gluon_launches(monkeypatch)
+        launches.clear()
         gluon_calls.clear()
         check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
         assert len(gluon_calls) == 1, mode

@@ -141,17 +141,17 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
 
 
-def _gqa_call(monkeypatch, *unset):
+def _gqa_call(monkeypatch, *unset, batch=2):
     """The per-query-head launch tests' setting: the rows kernel's variables and ``unset``
-    removed, Gluon launches captured (not made); q ``(2, 1024, 8, 128)`` and k
-    ``(2, 1024, 2, 128)`` bf16 on the CPU (GQA 4:1), and their causal and unmasked params.
+    removed, Gluon launches captured (not made); q ``(batch, 1024, 8, 128)`` and k
+    ``(batch, 1024, 2, 128)`` bf16 on the CPU (GQA 4:1), and their causal and unmasked params.
     Returns (launches, q, k, causal params, unmasked params)."""
     for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
                  "FLASHTILE_GLUON_BWD_PERSISTENT", *unset):
         monkeypatch.delenv(name, raising=False)
     launches = gluon_launches(monkeypatch, run=False, full=True)
-    q = torch.randn(2, 1024, 8, 128, dtype=torch.bfloat16)
-    k = torch.randn(2, 1024, 2, 128, dtype=torch.bfloat16)
+    q = torch.randn(batch, 1024, 8, 128, dtype=torch.bfloat16)
+    k = torch.randn(batch, 1024, 2, 128, dtype=torch.bfloat16)
     causal, _ = _flash_params(q, k, k, 0.0, None, True, (-1, -1), 0.0, None, False)
     full, _ = _flash_params(q, k, k, 0.0, None, False, (-1, -1), 0.0, None, False)
     return launches, q, k, causal, full
@@ -202,26 +202,31 @@ def test_rows_per_query_head_added_launch(monkeypatch):
     query head and in the rows kernel (``adds_dkdv``); unset, ``auto`` or ``0``: parts. Runs on
     the CPU: the launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_EXPAND_ADD" in common.GLUON_OPTIONS["bwd_hopper"]
-    launches, q, k, causal, full = _gqa_call(monkeypatch, "FLASHTILE_GLUON_BWD_EXPAND")
+    # (8 sequences: windows of the causal order differ between 16 and 64 (batch, head) pairs)
+    launches, q, k, causal, full = _gqa_call(monkeypatch, "FLASHTILE_GLUON_BWD_EXPAND", batch=8)
     for value, want in ((None, False), ("auto", False), ("0", False), ("1", True)):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", value)
-        assert bwd_hopper.adds_dkdv(q, k, causal, True) is want, value
-        assert not bwd_hopper.adds_dkdv(q, k, causal, False)     # (two passes: not the rows)
-        assert not bwd_hopper.adds_dkdv(q, k, full, True)        # (per KV head unmasked)
-        assert not bwd_hopper.adds_dkdv(q, q, causal, True)      # (MHA)
+        def adds(q, k, params, one_pass=True):
+            heads = bwd_hopper.dkdv_heads(q, k, params, one_pass)
+            return bwd_hopper.adds_dkdv(q, k, heads, one_pass)
+        assert adds(q, k, causal) is want, value
+        assert not adds(q, k, causal, one_pass=False)     # (two passes: not the rows kernel)
+        assert not adds(q, k, full)                       # (unmasked: per KV head)
+        assert not adds(q, q, causal)                     # (MHA)
     acc = (torch.zeros(k.shape), torch.zeros(k.shape))
-    lse = dsum = torch.zeros(2, 8, 1024)
+    lse = dsum = torch.zeros(8, 8, 1024)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_WINDOW", "auto")   # (windows count the heads)
     bwd_hopper.dkdv(q, k, k, q, lse, dsum, torch.empty_like(k), torch.empty_like(k), causal,
                     dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=acc)
     ((_, kernel, grid, _, args, meta, _, _, label),) = launches
     assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["ADD_DKDV"]
-    assert meta["KV_SHARE"] == 4 and grid == (2 * 8 * 1024 // 128,)
-    # (the causal order over the items' heads, q's, as the per-query-head parts have them)
-    assert meta["GROUP"] == bwd_hopper.causal_order(q, q, 1024 // 128, grid[0]), meta["GROUP"]
+    assert meta["KV_SHARE"] == 4 and grid == (8 * 8 * 1024 // 128,)
+    # (the causal order's windows over the items' heads, q's, not k's: 32 pairs, not 8)
+    assert meta["GROUP"] == bwd_hopper.causal_order(q, 8, 1024 // 128, grid[0]) == -32
+    assert bwd_hopper.causal_order(q, 2, 1024 // 128, grid[0] // 4) == -8
     assert args[-3] is acc[0] and args[-2] is acc[1] and args[-1] == 2 * 128, args[-3:]
     assert label.endswith(" per query head added"), label
     with pytest.raises(ValueError, match="rows kernel only"):

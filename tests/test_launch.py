@@ -192,8 +192,9 @@ def test_getenv_follows_os_environ(monkeypatch):
 def test_pinned_forward_config_from_the_environment(monkeypatch):
     """FLASHTILE_FWD_BLOCK_M/N pin the tile-level forward to one config (the A/B runs of
     docs/perf.md); FLASHTILE_FWD_WARPS / FLASHTILE_FWD_STAGES set its warps and stages, else
-    8 warps from 128 rows (4 below) and 3 stages; FLASHTILE_FWD_MAXNREG caps its registers. (``interpreting`` is patched off: under the
-    interpreter the list is one pinned config whatever the environment says.)"""
+    8 warps from 128 rows (4 below) and 3 stages; FLASHTILE_FWD_MAXNREG caps its registers.
+    (``interpreting`` is patched off: under the interpreter the list is one pinned config
+    whatever the environment says.)"""
     from flashtile.kernels import fwd
     monkeypatch.setattr(fwd, "interpreting", lambda: False)
     monkeypatch.setenv("FLASHTILE_FWD_BLOCK_M", "64")

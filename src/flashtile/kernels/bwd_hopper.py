@@ -125,17 +125,18 @@ _CONFIGS = {64: (64, 64, 4, 240), 96: (64, 64, 4, 240), 128: (64, 32, 4, 240)}
 SINGLE_UPTO = {64: 8, 96: 0, 128: 0}
 
 
-def causal_order(q: torch.Tensor, k: torch.Tensor, n_ntiles: int, n_programs: int) -> int:
+def causal_order(q: torch.Tensor, item_heads: int, n_ntiles: int, n_programs: int) -> int:
     """The causal ``GROUP`` of the dK/dV kernels (this one and :mod:`.bwdrows_hopper`) for
-    ``n_ntiles`` key items per (batch, KV head) on ``n_programs``: the chunks of
+    ``n_ntiles`` key items per (batch, item head) on ``n_programs``; the items' heads are k's,
+    or q's where dK/dV are computed per query head (:func:`dkdv_heads`): the chunks of
     :data:`SINGLE_UPTO` (:func:`.fwd_hopper.causal_group`, ``FLASHTILE_GLUON_BWD_GROUP``), in
     windows where ``FLASHTILE_GLUON_BWD_WINDOW`` asks (:func:`.common.causal_window`: a
     pair's items all read its query heads' Q and dO)."""
     b, sq, hq, d = q.shape
-    hkv = k.shape[2]
     group = fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO[d], "FLASHTILE_GLUON_BWD_GROUP")
-    return causal_window(group, n_ntiles, b * hkv, (hq // hkv) * 2 * sq * d * q.element_size(),
-                         n_programs, "FLASHTILE_GLUON_BWD_WINDOW")
+    return causal_window(group, n_ntiles, b * item_heads,
+                         (hq // item_heads) * 2 * sq * d * q.element_size(), n_programs,
+                         "FLASHTILE_GLUON_BWD_WINDOW")
 
 
 @builtin
@@ -987,17 +988,17 @@ def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> int:
     if hq == hkv:
         return hkv
     if one_pass and bwdrows_hopper.takes(q, k):
-        return hq if bwdrows_hopper.expands(q, k, params) else hkv
+        return hq if bwdrows_hopper.expands(q, params) else hkv
     return hq if env_forced("FLASHTILE_GLUON_BWD_EXPAND") else hkv
 
 
-def adds_dkdv(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> bool:
-    """Whether the per-query-head dK/dV (:func:`dkdv_heads` above k's heads) are added into
-    float32 accumulators by the rows kernel (:func:`.bwdrows_hopper.adds`) instead of written
-    as per-query-head parts and summed after."""
+def adds_dkdv(q: torch.Tensor, k: torch.Tensor, heads: int, one_pass: bool) -> bool:
+    """Whether dK/dV of ``heads`` heads (:func:`dkdv_heads`; above k's: per query head) are
+    added into float32 accumulators by the rows kernel (:func:`.bwdrows_hopper.adds`) instead
+    of written as per-query-head parts and summed after."""
     from . import bwdrows_hopper        # (imports this module)
-    return (dkdv_heads(q, k, params, one_pass) > k.shape[2] and one_pass
-            and bwdrows_hopper.takes(q, k) and bwdrows_hopper.adds())   # (dv = d there)
+    return (heads > k.shape[2] and one_pass and bwdrows_hopper.takes(q, k)
+            and bwdrows_hopper.adds())                                  # (dv = d there)
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
@@ -1047,8 +1048,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                persistent_ahead(d, causal, n_ntiles))
-    # (the causal order over the items' heads: q's when per query head)
-    group = causal_order(q, q if heads > hkv else k, n_ntiles, grid) if causal else 1
+    group = causal_order(q, heads, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))

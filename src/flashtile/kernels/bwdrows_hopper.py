@@ -508,10 +508,10 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
 
 
-def expands(q: torch.Tensor, k: torch.Tensor, params) -> bool:
-    """Whether a GQA call's one pass computes dK and dV per query head (``KV_SHARE``): each
-    work item one query head's keys, as with MHA, its K and V read from the KV head; the
-    caller sums each KV head's group (:func:`.plans.copy_into`), as cuDNN does (its
+def expands(q: torch.Tensor, params) -> bool:
+    """Whether a GQA call that this kernel takes (:func:`.bwd_hopper.dkdv_heads` asks) computes
+    dK and dV per query head in its one pass (``KV_SHARE``): each work item one query head's
+    keys, as with MHA, its K and V read from the KV head; the caller sums each KV head's group (:func:`.plans.copy_into`), as cuDNN does (its
     ``fmha_reduce_head`` kernel). Otherwise an item walks every query head of its KV head in
     turn: 8 times the work of an MHA item in 8 times fewer items, which at causal lengths
     leaves SMs idle while the long items finish (H100, session 49, GQA 8:1 d=128 bf16, 16k
@@ -524,7 +524,7 @@ def expands(q: torch.Tensor, k: torch.Tensor, params) -> bool:
     unmasked GQA, already level with cuDNN, is unmeasured and stays per KV head);
     ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it on / off at d=128 (d=64's opt-in rows
     kernel never: not run on a GPU so)."""
-    if q.shape[2] == k.shape[2] or not takes(q, k) or q.shape[3] in OPT_IN:
+    if q.shape[3] in OPT_IN:
         return False
     forced = env_forced("FLASHTILE_GLUON_BWD_EXPAND")
     return fwd_hopper.causal(params) if forced is None else forced
@@ -563,9 +563,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) 
     n_programs = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                      persistent(causal))
     persist = n_programs < n_work
-    # (the causal order over the items' heads: q's when per query head)
-    group = (bwd_hopper.causal_order(q, q if heads > hkv else k, n_ntiles, n_programs)
-             if causal else 1)
+    group = bwd_hopper.causal_order(q, heads, n_ntiles, n_programs) if causal else 1
     rotated = bwd_hopper.rotates(d, causal, True)
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
