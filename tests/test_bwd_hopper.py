@@ -115,7 +115,8 @@ def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) 
     # (the rows kernel, d=128's default one pass, has no ONE_PASS switch: it is one)
     assert meta.get("ONE_PASS", True) is one_pass
     # (one query head an item: MHA, or GQA per query head by the backward's own rule)
-    q, k = torch.empty(b, s, hq, d, dtype=dtype), torch.empty(b, s, hkv, d, dtype=dtype)
+    q = torch.empty(b, s, hq, d, dtype=dtype, device="cuda")
+    k = torch.empty(b, s, hkv, d, dtype=dtype, device="cuda")
     params, _ = _flash_params(q, k, k, 0.0, None, causal, (-1, -1), 0.0, None, False)
     one_head = bwd_hopper.dkdv_heads(q, k, params, one_pass) == hq
     assert meta["SKIP_MASKED"] is (causal and one_head)
