@@ -338,9 +338,35 @@ def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
     assert dq_calls == []
 
 
+@pytest.mark.parametrize("value", [None, "auto", "0", "1"])
+def test_per_query_head_rule(monkeypatch, value):
+    """:func:`bwd_hopper.expands` through the call's own pass choice
+    (:func:`bwd_hopper.call_one_pass`): GQA's dK/dV per query head at d=64 causal from 2k (one
+    pass), per KV head at 1k (two passes), unmasked and at d=96 (two passes only), as measured;
+    ``1`` / ``0`` force it either way; MHA keeps its heads. Runs on the CPU."""
+    if value is None:
+        monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
+    else:
+        monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", value)
+    forced = {"0": False, "1": True}.get(value)
+    for d, seqlen, causal, rule in ((64, 2048, True, True), (64, 4096, True, True),
+                                    (64, 1024, True, False), (64, 2048, False, False),
+                                    (96, 2048, True, False), (96, 4096, True, False)):
+        q = torch.randn(2, seqlen, 8, d, dtype=torch.bfloat16)
+        k = torch.randn(2, seqlen, 2, d, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, k, k, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        one_pass = (bwd_hopper.has_one_pass(d)
+                    and bwd_hopper.call_one_pass(q, k, params) != "two-pass")
+        assert one_pass is (d == 64 and (seqlen > 1024 or not causal)), (d, seqlen, causal)
+        want = rule if forced is None else forced
+        case = (d, seqlen, causal, value)
+        assert bwd_hopper.dkdv_heads(q, k, params, one_pass) == (8 if want else 2), case
+        assert bwd_hopper.dkdv_heads(q, q, params, one_pass) == 8, case          # (MHA)
+
+
 def test_per_query_head_launch(monkeypatch):
     """``FLASHTILE_GLUON_BWD_EXPAND=1`` in this kernel (:func:`bwd_hopper.dkdv_heads`: d=64
-    and d=96, one pass and two; opt-in here): dK/dV buffers with q's heads make a grid over
+    and d=96, one pass and two; forced here): dK/dV buffers with q's heads make a grid over
     (batch, query head, key item), ``KV_SHARE`` = hq / hkv, one query head an item (group 1:
     MHA's skip and serial order), labelled so; k-shaped buffers keep the per-KV-head launch.
     Captured on the CPU."""
@@ -407,6 +433,25 @@ def test_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
         assert len(gluon_calls) == 1, mode
         (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
         assert meta["KV_SHARE"] == hq // hkv, mode
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(1, 2048, 8, 2, 64), (2, 2304, 4, 1, 64)],
+                         ids=lambda s: "B{}-S{}-H{}/{}-D{}".format(*s))
+@needs_hopper
+@pytest.mark.gpu
+def test_per_query_head_default(gluon_calls, monkeypatch, shape, dtype):
+    """The default rule (:func:`bwd_hopper.expands`, no variable set): d=64 causal GQA/MQA
+    from 2k keys (one pass; 2304: a partial last key tile) runs per query head; all three
+    gradients within budget (outputs NaN-poisoned); one launch, ``KV_SHARE`` query heads."""
+    for name in ("FLASHTILE_GLUON_BWD_EXPAND", "FLASHTILE_BWD_DQ", "FLASHTILE_GLUON_BWD_ROWS"):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=True)
+    assert len(gluon_calls) == 1
+    (meta,) = [meta for role, _, meta in launches if role == "dkdv"]
+    assert meta["KV_SHARE"] == hq // hkv and meta["ONE_PASS"]
 
 
 @gluon_cases_over([(2, 1024, 8, 2, 128), (3, 512, 4, 1, 64)])

@@ -161,8 +161,8 @@ def test_rows_per_query_head_rule(monkeypatch):
     """:func:`bwdrows_hopper.expands`: a causal GQA one pass at d=128 computes dK/dV per query
     head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over (batch, query head,
     key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
-    item has one query head); ``0``, unmasked (unless ``1``) and MHA keep k's heads, as does
-    d=64 unless ``1`` (then in :mod:`.bwd_hopper`'s kernel; d=64's opt-in rows kernel,
+    item has one query head); ``0``, unmasked (unless ``1``) and MHA keep k's heads; d=64
+    follows :mod:`.bwd_hopper`'s own rule (its opt-in rows kernel,
     ``FLASHTILE_GLUON_BWD_ROWS=1``, never); anything else is refused; the variable is a
     plan-key option. Runs on the CPU: the launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_EXPAND" in common.GLUON_OPTIONS["bwd_hopper"]
@@ -177,8 +177,8 @@ def test_rows_per_query_head_rule(monkeypatch):
         assert bwd_hopper.dkdv_heads(q, k, params, True) == causal_heads, value
         assert bwd_hopper.dkdv_heads(q, k, full, True) == full_heads, value
         assert bwd_hopper.dkdv_heads(q, q, params, True) == 8                  # MHA
-        # (d=64: the transposed kernel, per query head only when forced)
-        assert bwd_hopper.dkdv_heads(*d64, params, True) == (8 if value == "1" else 2)
+        # (d=64: the transposed kernel's rule, :func:`bwd_hopper.expands`: causal in one pass)
+        assert bwd_hopper.dkdv_heads(*d64, params, True) == (2 if value == "0" else 8)
         monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
         assert bwd_hopper.dkdv_heads(*d64, params, True) == 2
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS")

@@ -981,15 +981,34 @@ def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> int:
     GQA q's where they are computed per query head, each work item one query head's keys
     (``KV_SHARE``; the caller then sums each KV head's group, :func:`.plans.copy_into`). The
     rows kernel (d=128's one pass) by its rule, :func:`.bwdrows_hopper.expands` (causal);
-    this kernel (d=64, d=96, two passes) only with ``FLASHTILE_GLUON_BWD_EXPAND=1`` (not yet
-    run on a GPU; its items then have one query head, like MHA's, and take MHA's orders)."""
+    this kernel (d=64, d=96) by :func:`expands` (its items then have one query head, like
+    MHA's, and take MHA's orders)."""
     from . import bwdrows_hopper        # (imports this module)
     hq, hkv = q.shape[2], k.shape[2]
     if hq == hkv:
         return hkv
     if one_pass and bwdrows_hopper.takes(q, k):
         return hq if bwdrows_hopper.expands(q, params) else hkv
-    return hq if env_forced("FLASHTILE_GLUON_BWD_EXPAND") else hkv
+    return hq if expands(params, one_pass) else hkv
+
+
+def expands(params, one_pass: bool) -> bool:
+    """Whether this kernel computes a GQA call's dK/dV per query head (:func:`dkdv_heads`):
+    causal in its one pass, i.e. d=64 causal beyond 8 items per KV head (2k keys on;
+    :func:`one_pass`). There one program runs each item (:func:`persistent_ahead`), and an
+    item that walks every query head of its KV head is ``hq / hkv`` times an MHA item, so the
+    causal items' unequal lengths leave SMs idle at the end, as in the rows kernel
+    (:func:`.bwdrows_hopper.expands`).
+
+    Measured (H100, session 50, calls 2-3, forward+backward kernel sums, two alternating
+    rounds, bf16, 16k tokens, per query head over per KV head): d=64 causal GQA 8:1 0.742 /
+    0.724 / 0.691 at 2k / 4k / 16k (0.69x -> 0.97x cuDNN at 4k), GQA 4:1 0.798 / 0.753 at
+    2k / 4k; but 1.049 (8:1) and 1.083 (4:1) at 1k, two passes on a persistent grid, which
+    already balances the items. Unmasked d=64 1.092 / 1.055 / 1.027 at 1k / 4k / 16k; d=96
+    (two passes only) causal 1.039 / 1.029 / 1.003 / 0.995 at 1k / 2k / 4k / 16k: per KV
+    head. ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it either way."""
+    forced = env_forced("FLASHTILE_GLUON_BWD_EXPAND")
+    return (one_pass and fwd_hopper.causal(params)) if forced is None else forced
 
 
 def adds_dkdv(q: torch.Tensor, k: torch.Tensor, heads: int, one_pass: bool) -> bool:
