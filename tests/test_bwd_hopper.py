@@ -584,14 +584,16 @@ def test_dq_mode_switch(monkeypatch):
     ((2, 1024, 8, 2, 128), True, False, "+dQ"),
     ((1, 2048, 4, 4, 128), True, False, "+dQ"),
     ((2, 1024, 8, 2, 128), False, True, None),
-    ((2, 1024, 8, 2, 96), True, False, None)],
+    ((2, 1024, 8, 2, 96), True, False, None),
+    ((1, 2048, 8, 2, 64), True, False, "+dQ")],
     ids=["d128-full", "d64-causal-1k", "d64-causal-2k", "d64-causal-512", "d128-causal-1k",
-         "d128-causal-2k", "deterministic", "d96-causal-1k"])
+         "d128-causal-2k", "deterministic", "d96-causal-1k", "d64-gqa-causal-2k"])
 def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic, expected):
     """By default the Gluon dK/dV kernel adds dQ itself where :func:`bwd_hopper.one_pass`
     says so (no dQ kernel runs then; at d=128 the queries-as-rows kernel of
     :mod:`.bwdrows_hopper`), the early reductions everywhere (the late ones only forced);
-    ``deterministic=True``, d=64 causal up to 1k and d=96 (split tiles) run two passes. Gradients
+    ``deterministic=True``, d=64 causal up to 1k and d=96 (split tiles) run two passes; causal
+    GQA at d=128 and at d=64 from 2k per query head (labelled so). Gradients
     within budget; the second call of each signature replays its launch plan (the
     accumulator zeroed by the preprocess and the final copy included; at d=96 thirteen
     descriptors) and gives the same gradients bit for bit only in two passes (one pass sums
@@ -624,7 +626,11 @@ def test_default_dq_pass(gluon_calls, monkeypatch, shape, causal, deterministic,
     else:
         assert labels[0]["ONE_PASS"] == (expected is not None), labels[0]
         assert labels[0]["DQ_LATE"] == (expected == "+dQ late"), labels[0]
-    assert plans.gluon_configs["dkdv"].endswith(expected or "s"), plans.gluon_configs
+    # (GQA per query head, :func:`bwd_hopper.dkdv_heads`, says so after the config)
+    config = plans.gluon_configs["dkdv"]
+    per_head = bwd_hopper.dkdv_heads(q, k, params, expected is not None) > hkv
+    assert config.endswith(" per query head") is per_head, config
+    assert config.removesuffix(" per query head").endswith(expected or "s"), config
     assert bwd.last_dq_pass == ("two-pass" if expected is None else "atomic")
     assert len(bwd._PLANS) == plans_before + 1, "the first call should have recorded a plan"
     replayed = kernel_grads()
