@@ -511,8 +511,8 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
 def expands(q: torch.Tensor, params) -> bool:
     """Whether a GQA call that this kernel takes (:func:`.bwd_hopper.dkdv_heads` asks) computes
     dK and dV per query head in its one pass (``KV_SHARE``): each work item one query head's
-    keys, as with MHA, its K and V read from the KV head; the caller sums each KV head's group (:func:`.plans.copy_into`), as cuDNN does (its
-    ``fmha_reduce_head`` kernel). Otherwise an item walks every query head of its KV head in
+    keys, as with MHA, its K and V read from the KV head; the caller sums each KV head's
+    group (:func:`.plans.copy_into`), as cuDNN does (its ``fmha_reduce_head`` kernel). Otherwise an item walks every query head of its KV head in
     turn: 8 times the work of an MHA item in 8 times fewer items, which at causal lengths
     leaves SMs idle while the long items finish (H100, session 49, GQA 8:1 d=128 bf16, 16k
     tokens: this kernel 700 / 1,674 / 5,730 us at causal 1k / 4k / 16k against 444 / 1,442 /
@@ -539,7 +539,8 @@ def adds() -> bool:
     ``FLASHTILE_GLUON_BWD_EXPAND_ADD=1``; unset, ``auto`` or ``0``: parts, which measured
     ahead at 1k (H100, session 50, call 1, GQA 8:1 d=128 causal bf16, 16k tokens,
     forward+backward kernel sums, two alternating rounds: the atomics 1.055 / 1.001 / 0.988 of
-    the parts at 1k / 4k / 16k). The sums' order then varies from run to run, as the one pass's dQ's may."""
+    the parts at 1k / 4k / 16k). The sums' order then varies from run to run, as the one
+    pass's dQ's may."""
     return bool(env_forced("FLASHTILE_GLUON_BWD_EXPAND_ADD"))
 
 
