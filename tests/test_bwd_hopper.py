@@ -104,7 +104,7 @@ def check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass) 
     """``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` over one call: all three gradients within budget
     (``test_kernels.check``), one launch of the dK/dV kernel, with the skip exactly where it
     applies (causal, one query head per work item: MHA, or causal GQA in d=128's rows kernel,
-    per query head: :func:`.bwdrows_hopper.expands`)."""
+    per query head: :func:`.bwd_hopper.expands`)."""
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic" if one_pass else "two-pass")
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_SKIP_MASKED", "1")
     launches = gluon_launches(monkeypatch)
@@ -147,7 +147,7 @@ def test_skip_masked_tiles_rows(gluon_calls, monkeypatch, shape, causal, dtype):
     """The skip in the rows kernel's one pass (:mod:`.bwdrows_hopper`: d=128's default, d=64
     with ``FLASHTILE_GLUON_BWD_ROWS=1``): the second consumer's tiles above its keys only
     hand over a zero dS half and add their dQ columns from the other's; GQA 4:1 at d=128
-    causal runs per query head (:func:`.bwdrows_hopper.expands`), so it skips as MHA does;
+    causal runs per query head (:func:`.bwd_hopper.expands`), so it skips as MHA does;
     d=64's GQA (per KV head) does not."""
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", "1")
     check_skip_masked(gluon_calls, monkeypatch, shape, causal, dtype, one_pass=True)
@@ -341,25 +341,34 @@ def test_one_pass_dq(gluon_calls, monkeypatch, shape, causal, dtype):
 @pytest.mark.parametrize("value", [None, "auto", "0", "1"])
 def test_per_query_head_rule(monkeypatch, value):
     """:func:`bwd_hopper.expands` through the call's own pass choice
-    (:func:`bwd_hopper.call_one_pass`): GQA's dK/dV per query head at d=64 causal from 2k (one
-    pass), per KV head at 1k (two passes), unmasked and at d=96 (two passes only), as measured;
-    ``1`` / ``0`` force it either way; MHA keeps its heads. Runs on the CPU."""
+    (:func:`bwd_hopper.call_one_pass`): GQA's dK/dV per query head at d=64 causal from 2k (this
+    kernel's one pass) and at d=128 causal (the rows kernel); per KV head at d=64 1k (two
+    passes), unmasked, at d=96 (two passes only) and in this kernel's one pass at d=128
+    (``FLASHTILE_GLUON_BWD_ROWS=0``: unmeasured); ``1`` / ``0`` force it either way; MHA keeps
+    its heads. Runs on the CPU."""
     if value is None:
         monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
     else:
         monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND", value)
     forced = {"0": False, "1": True}.get(value)
-    for d, seqlen, causal, rule in ((64, 2048, True, True), (64, 4096, True, True),
-                                    (64, 1024, True, False), (64, 2048, False, False),
-                                    (96, 2048, True, False), (96, 4096, True, False)):
+    # (head dim, keys, causal, FLASHTILE_GLUON_BWD_ROWS, one pass?, per query head by rule?)
+    for d, seqlen, causal, rows, one_pass, rule in (
+            (64, 2048, True, None, True, True), (64, 4096, True, None, True, True),
+            (64, 1024, True, None, False, False), (64, 2048, False, None, True, False),
+            (96, 2048, True, None, False, False), (96, 4096, True, None, False, False),
+            (128, 2048, True, None, True, True), (128, 2048, False, None, True, False),
+            (128, 2048, True, "0", True, False)):
+        if rows is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS", rows)
         q = torch.randn(2, seqlen, 8, d, dtype=torch.bfloat16)
         k = torch.randn(2, seqlen, 2, d, dtype=torch.bfloat16)
         params, _ = _flash_params(q, k, k, 0.0, None, causal, (-1, -1), 0.0, None, False)
-        one_pass = (bwd_hopper.has_one_pass(d)
-                    and bwd_hopper.call_one_pass(q, k, params) != "two-pass")
-        assert one_pass is (d == 64 and (seqlen > 1024 or not causal)), (d, seqlen, causal)
+        case = (d, seqlen, causal, rows, value)
+        assert (bwd_hopper.has_one_pass(d)
+                and bwd_hopper.call_one_pass(q, k, params) != "two-pass") is one_pass, case
         want = rule if forced is None else forced
-        case = (d, seqlen, causal, value)
         assert bwd_hopper.dkdv_heads(q, k, params, one_pass) == (8 if want else 2), case
         assert bwd_hopper.dkdv_heads(q, q, params, one_pass) == 8, case          # (MHA)
 

@@ -57,7 +57,7 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
     grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
     b, s, hq, hkv, d = shape
-    per_query_head = causal and hq > hkv                 # (bwdrows_hopper.expands)
+    per_query_head = causal and hq > hkv                 # (bwd_hopper.expands)
     assert label == ("gluon rows 128x64/2s +dQ" + ("" if causal else " rotated")
                      + (" per query head" if per_query_head else "")), label
     assert meta["CAUSAL"] == causal
@@ -158,7 +158,7 @@ def _gqa_call(monkeypatch, *unset, batch=2):
 
 
 def test_rows_per_query_head_rule(monkeypatch):
-    """:func:`bwdrows_hopper.expands`: a causal GQA one pass at d=128 computes dK/dV per query
+    """:func:`bwd_hopper.expands` in the rows kernel: a causal GQA one pass at d=128 computes dK/dV per query
     head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over (batch, query head,
     key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
     item has one query head); ``0``, unmasked (unless ``1``) and MHA keep k's heads; d=64

@@ -714,7 +714,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     dkdv_heads = hopper.dkdv_heads(q, k, params, atomic) if hopper is not None else nheads_kv
     sums = add_to = None        # (what dk4/dv4 are summed or cast from at the end)
     dk_out, dv_out = dk4, dv4   # (what the dK/dV kernel writes)
-    if dkdv_heads != nheads_kv and hopper.adds_dkdv(q, k, dkdv_heads, atomic):
+    if hopper is not None and hopper.adds_dkdv(q, k, dkdv_heads, atomic):
         sums = add_to = (alloc(k.shape, torch.float32, k.device),
                          alloc(v.shape, torch.float32, v.device))
         n_acc, block_zero = k.numel(), 16 if interpreting() else 4096

@@ -909,7 +909,7 @@ def skips_masked(causal: bool, n_ntiles: int, gqa: bool) -> bool:
     ``FLASHTILE_GLUON_BWD_SKIP_MASKED=1`` forces it at every length, ``0`` turns it off.
 
     Never with several query heads in an item (``gqa``; GQA computed per query head,
-    :func:`.bwdrows_hopper.expands`, has one), where the masked tiles recur within the item,
+    :func:`expands`, has one), where the masked tiles recur within the item,
     once per query head. This kernel mapping each load to its tile made ptxas serialise every
     wgmma (C7512, session 32); the rows kernel carried the item's tiles query tile by query
     tile so that they came first, and measured 1.075x / 1.132x of no skip at d=128 8:1 causal
@@ -978,37 +978,47 @@ def persistent_ahead(d: int, causal: bool = False, n_ntiles: int = 0) -> bool:
 
 def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> int:
     """The heads of the dK/dV that :func:`dkdv` writes (``one_pass``: with dQ): k's, or with
-    GQA q's where they are computed per query head, each work item one query head's keys
-    (``KV_SHARE``; the caller then sums each KV head's group, :func:`.plans.copy_into`). The
-    rows kernel (d=128's one pass) by its rule, :func:`.bwdrows_hopper.expands` (causal);
-    this kernel (d=64, d=96) by :func:`expands` (its items then have one query head, like
-    MHA's, and take MHA's orders)."""
+    GQA q's where they are computed per query head (:func:`expands`), each work item one query
+    head's keys (``KV_SHARE``; the caller then sums each KV head's group,
+    :func:`.plans.copy_into`), in this kernel or the rows kernel (d=128's one pass)."""
     from . import bwdrows_hopper        # (imports this module)
     hq, hkv = q.shape[2], k.shape[2]
     if hq == hkv:
         return hkv
-    if one_pass and bwdrows_hopper.takes(q, k):
-        return hq if bwdrows_hopper.expands(q, params) else hkv
-    return hq if expands(params, one_pass) else hkv
+    rows = one_pass and bwdrows_hopper.takes(q, k)
+    return hq if expands(q.shape[3], rows, params, one_pass) else hkv
 
 
-def expands(params, one_pass: bool) -> bool:
-    """Whether this kernel computes a GQA call's dK/dV per query head (:func:`dkdv_heads`):
-    causal in its one pass, i.e. d=64 causal beyond 8 items per KV head (2k keys on;
-    :func:`one_pass`). There one program runs each item (:func:`persistent_ahead`), and an
-    item that walks every query head of its KV head is ``hq / hkv`` times an MHA item, so the
-    causal items' unequal lengths leave SMs idle at the end, as in the rows kernel
-    (:func:`.bwdrows_hopper.expands`).
+def expands(d: int, rows: bool, params, one_pass: bool) -> bool:
+    """Whether a GQA call's dK/dV are computed per query head (:func:`dkdv_heads`) at head dim
+    ``d``, in the rows kernel (``rows``: :func:`.bwdrows_hopper.takes`) or this one: causal in
+    a one pass, where measured ahead: the rows kernel at d=128 and this kernel's one pass at
+    d=64 (2k keys on, :func:`one_pass`); ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it
+    either way, except in d=64's opt-in rows kernel (never run so on a GPU).
 
-    Measured (H100, session 50, calls 2-3, forward+backward kernel sums, two alternating
-    rounds, bf16, 16k tokens, per query head over per KV head): d=64 causal GQA 8:1 0.742 /
-    0.724 / 0.691 at 2k / 4k / 16k (0.69x -> 0.97x cuDNN at 4k), GQA 4:1 0.798 / 0.753 at
-    2k / 4k; but 1.049 (8:1) and 1.083 (4:1) at 1k, two passes on a persistent grid, which
-    already balances the items. Unmasked d=64 1.092 / 1.055 / 1.027 at 1k / 4k / 16k; d=96
-    (two passes only) causal 1.039 / 1.029 / 1.003 / 0.995 at 1k / 2k / 4k / 16k: per KV
-    head. ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it either way."""
+    Why: an item that walks every query head of its KV head is ``hq / hkv`` MHA items long in
+    ``hq / hkv`` times fewer items, and at causal lengths, one program per item, SMs stand
+    idle while the long items finish (H100, session 49, GQA 8:1 d=128 bf16, 16k tokens: the
+    rows kernel 700 / 1,674 / 5,730 us at causal 1k / 4k / 16k against 444 / 1,442 / 5,362
+    for MHA of the same FLOPs). Per query head the items are MHA's, K and V read from the KV
+    head, and each KV head's group is summed after, as cuDNN does (``fmha_reduce_head``).
+
+    Measured (H100, forward+backward kernel sums, two alternating rounds, bf16, 16k tokens,
+    per query head over per KV head): the rows kernel, d=128 causal GQA 8:1, 0.786 / 0.934 /
+    0.974 at 1k / 4k / 16k (session 49, call 6; 0.77x -> 0.96x cuDNN at 1k), unmasked 1.054 /
+    1.007 / 0.972 (session 50, call 2). This kernel (session 50, calls 2-3): d=64 causal GQA
+    8:1 0.742 / 0.724 / 0.691 at 2k / 4k / 16k (0.69x -> 0.97x cuDNN at 4k), GQA 4:1 0.798 /
+    0.753 at 2k / 4k; but 1.049 (8:1) and 1.083 (4:1) at 1k, two passes on a persistent grid,
+    which already balances the items; unmasked d=64 1.092 / 1.055 / 1.027 at 1k / 4k / 16k;
+    d=96 (two passes only) causal 1.039 / 1.029 / 1.003 / 0.995 at 1k / 2k / 4k / 16k. This
+    kernel's one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS=0``) is unmeasured so: per KV head."""
+    from . import bwdrows_hopper        # (imports this module)
+    if rows and d in bwdrows_hopper.OPT_IN:
+        return False
     forced = env_forced("FLASHTILE_GLUON_BWD_EXPAND")
-    return (one_pass and fwd_hopper.causal(params)) if forced is None else forced
+    if forced is not None:
+        return forced
+    return one_pass and fwd_hopper.causal(params) and d == (128 if rows else 64)
 
 
 def adds_dkdv(q: torch.Tensor, k: torch.Tensor, heads: int, one_pass: bool) -> bool:

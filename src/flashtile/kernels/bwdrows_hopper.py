@@ -315,10 +315,11 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
     items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
-    staging tile and a dV tile. ``KV_SHARE`` > 1 (:func:`expands`): the items' heads are query
-    heads, ``KV_SHARE`` of them reading one KV head's K and V (:func:`_kv_column`), and dK, dV
-    leave at the item's own head of the per-query-head outputs, or with ``ADD_DKDV`` are added
-    into the KV head's float32 accumulators ``DK_ACC``/``DV_ACC`` (:func:`_dkdv_add`)."""
+    staging tile and a dV tile. ``KV_SHARE`` > 1 (:func:`.bwd_hopper.expands`): the items'
+    heads are query heads, ``KV_SHARE`` of them reading one KV head's K and V
+    (:func:`_kv_column`), and dK, dV leave at the item's own head of the per-query-head
+    outputs, or with ``ADD_DKDV`` are added into the KV head's float32 accumulators
+    ``DK_ACC``/``DV_ACC`` (:func:`_dkdv_add`)."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[0]
     dtype: gl.constexpr = k_desc.dtype
     first = gl.program_id(0)
@@ -508,34 +509,11 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
 
 
-def expands(q: torch.Tensor, params) -> bool:
-    """Whether a GQA call that this kernel takes (:func:`.bwd_hopper.dkdv_heads` asks) computes
-    dK and dV per query head in its one pass (``KV_SHARE``): each work item one query head's
-    keys, as with MHA, its K and V read from the KV head; the caller sums each KV head's
-    group (:func:`.plans.copy_into`), as cuDNN does (its ``fmha_reduce_head`` kernel). Otherwise an item walks every query head of its KV head in
-    turn: 8 times the work of an MHA item in 8 times fewer items, which at causal lengths
-    leaves SMs idle while the long items finish (H100, session 49, GQA 8:1 d=128 bf16, 16k
-    tokens: this kernel 700 / 1,674 / 5,730 us at causal 1k / 4k / 16k against 444 / 1,442 /
-    5,362 for MHA of the same FLOPs).
-
-    Measured there (call 6, forward+backward kernel sums, two alternating rounds, per query
-    head over per KV head): 0.786 / 0.934 / 0.974 at causal 1k / 4k / 16k (0.77x -> 0.96x
-    cuDNN at 1k). So it runs for causal GQA at the rows kernel's default head dim (d=128;
-    unmasked GQA, already level with cuDNN, is unmeasured and stays per KV head);
-    ``FLASHTILE_GLUON_BWD_EXPAND=1`` / ``0`` forces it on / off at d=128 (d=64's opt-in rows
-    kernel never: not run on a GPU so; d=64's default kernel has its own rule,
-    :func:`.bwd_hopper.expands`)."""
-    if q.shape[3] in OPT_IN:
-        return False
-    forced = env_forced("FLASHTILE_GLUON_BWD_EXPAND")
-    return fwd_hopper.causal(params) if forced is None else forced
-
-
 def adds() -> bool:
-    """Whether the per-query-head dK/dV (:func:`expands`) are added into float32 accumulators
-    by atomics from the kernel's registers (``ADD_DKDV``: no per-query-head bf16 parts, 134 MB
-    at GQA 8:1 and 16k tokens, and no summing pass, 67 us on the H100 in session 49; a zero
-    fill and a cast instead) rather than written as parts and summed after.
+    """Whether the per-query-head dK/dV (:func:`.bwd_hopper.expands`) are added into float32
+    accumulators by atomics from the kernel's registers (``ADD_DKDV``: no per-query-head bf16
+    parts, 134 MB at GQA 8:1 and 16k tokens, and no summing pass, 67 us on the H100 in session
+    49; a zero fill and a cast instead) rather than written as parts and summed after.
     ``FLASHTILE_GLUON_BWD_EXPAND_ADD=1``; unset, ``auto`` or ``0``: parts, which measured
     ahead at 1k (H100, session 50, call 1, GQA 8:1 d=128 causal bf16, 16k tokens,
     forward+backward kernel sums, two alternating rounds: the atomics 1.055 / 1.001 / 0.988 of
@@ -548,8 +526,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) 
     """dK and dV into ``dk``/``dv`` and ``softmax_scale * dS K`` added into ``dq_acc``
     (float32, :func:`.bwd_hopper.dq_acc_shape`, zeros), as :func:`.bwd_hopper.dkdv`'s one
     pass (same arguments; the caller has checked :func:`takes`). ``dk``/``dv`` with q's heads
-    (:func:`expands`) take each query head's dK and dV, for the caller to sum per KV head;
-    ``add_to`` (float32 ``(dk_acc, dv_acc)`` shaped like k, zeros: :func:`adds`) has each
+    (:func:`.bwd_hopper.expands`) take each query head's dK and dV, for the caller to sum per
+    KV head; ``add_to`` (float32 ``(dk_acc, dv_acc)`` shaped like k, zeros: :func:`adds`) has each
     query head's added there instead (``dk``/``dv`` shaped like k, then unused)."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
