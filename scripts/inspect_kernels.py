@@ -211,21 +211,22 @@ def inspect_gluon(args, dtype) -> int:
                                                   None, False)
     lse, dsum = torch.zeros(1, heads, args.seqlen), torch.zeros(1, heads, args.seqlen)
     fwd_hopper.forward(q, k, v, params, torch.empty_like(q), lse)
-    def parts(one_pass):    # (dK/dV per query head where FLASHTILE_GLUON_BWD_EXPAND says so)
-        return torch.empty(1, args.seqlen, bwd_hopper.dkdv_heads(q, k, params, one_pass),
-                           args.d, dtype=dtype)
+
+    def parts(heads):       # (dK/dV per query head where FLASHTILE_GLUON_BWD_EXPAND says so)
+        return tuple(torch.empty(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(2))
 
     if has_config(bwd_hopper, args.d):
-        bwd_hopper.dkdv(q, k, v, dout, lse, dsum, parts(False), parts(False), params)
+        bwd_hopper.dkdv(q, k, v, dout, lse, dsum,
+                        *parts(bwd_hopper.dkdv_heads(q, k, params, False)), params)
         if args.one_pass and not bwd_hopper.has_one_pass(args.d):
             print(f"(skipped the one-pass dkdv: none at d={args.d})")
         elif args.one_pass:
             bwd_hopper._dkdv_hopper_kernel.name = "gluon dkdv+dq (one pass)"
+            heads = bwd_hopper.dkdv_heads(q, k, params, True)
             # (or added into float32 accumulators: FLASHTILE_GLUON_BWD_EXPAND_ADD=1)
             add_to = ((torch.zeros(k.shape), torch.zeros(v.shape))
-                      if bwd_hopper.adds_dkdv(q, k, bwd_hopper.dkdv_heads(q, k, params, True),
-                                              True) else None)
-            out = (torch.empty_like(k),) * 2 if add_to else (parts(True), parts(True))
+                      if bwd_hopper.adds_dkdv(q, k, heads, True) else None)
+            out = (torch.empty_like(k),) * 2 if add_to else parts(heads)
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, *out, params,
                             dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=add_to)
     if has_config(dq_hopper, args.d):

@@ -158,9 +158,9 @@ def _gqa_call(monkeypatch, *unset, batch=2):
 
 
 def test_rows_per_query_head_rule(monkeypatch):
-    """:func:`bwd_hopper.expands` in the rows kernel: a causal GQA one pass at d=128 computes dK/dV per query
-    head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over (batch, query head,
-    key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
+    """:func:`bwd_hopper.expands` in the rows kernel: a causal GQA one pass at d=128 computes
+    dK/dV per query head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over
+    (batch, query head, key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
     item has one query head); ``0``, unmasked (unless ``1``) and MHA keep k's heads; d=64
     follows :mod:`.bwd_hopper`'s own rule (its opt-in rows kernel,
     ``FLASHTILE_GLUON_BWD_ROWS=1``, never); anything else is refused; the variable is a
@@ -204,14 +204,16 @@ def test_rows_per_query_head_added_launch(monkeypatch):
     assert "FLASHTILE_GLUON_BWD_EXPAND_ADD" in common.GLUON_OPTIONS["bwd_hopper"]
     # (8 sequences: windows of the causal order differ between 16 and 64 (batch, head) pairs)
     launches, q, k, causal, full = _gqa_call(monkeypatch, "FLASHTILE_GLUON_BWD_EXPAND", batch=8)
+
+    def adds(q, k, params, one_pass=True):
+        heads = bwd_hopper.dkdv_heads(q, k, params, one_pass)
+        return bwd_hopper.adds_dkdv(q, k, heads, one_pass)
+
     for value, want in ((None, False), ("auto", False), ("0", False), ("1", True)):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_EXPAND_ADD", value)
-        def adds(q, k, params, one_pass=True):
-            heads = bwd_hopper.dkdv_heads(q, k, params, one_pass)
-            return bwd_hopper.adds_dkdv(q, k, heads, one_pass)
         assert adds(q, k, causal) is want, value
         assert not adds(q, k, causal, one_pass=False)     # (two passes: not the rows kernel)
         assert not adds(q, k, full)                       # (unmasked: per KV head)
