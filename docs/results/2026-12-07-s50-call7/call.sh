@@ -4,6 +4,12 @@
 # test_default_dq_pass, test_plans, the kernel's own test), then an A/B against the previous
 # tree (.branches/torchsum: bf7d8c6, before the change, its src/ only), GQA 8:1 causal
 # forward+backward at d=64/128, 1k/4k/16k, kernel sums, 2 rounds.
+# NOT RUN in session 50 (no device time left): the change lives on branch s50-sum-head-groups.
+# To run it: merge the branch into main, then, from main's tree,
+#   mkdir -p .branches/torchsum && git archive <main before the merge> src | tar -x -C .branches/torchsum
+# and call `run` with carry [".branches"] and
+#   export OUT; CALL_S=290 bash docs/results/2026-12-07-s50-call7/call.sh
+# Keep it only if the GPU tests pass and the A/B shows the sums' launch faster.
 export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
 timeout -s INT 120 python3 -m pytest -v -rf -n 8 -p no:cacheprovider --junitxml=$OUT/tests.xml \
   tests/test_bwd_hopper.py tests/test_bwdrows_hopper.py tests/test_plans.py \
