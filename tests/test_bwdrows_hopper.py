@@ -96,6 +96,56 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
         assert kernel is bwdrows_hopper._dkdv_rows_kernel, hq
 
 
+@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128),
+                   (4, 2048, 16, 16, 128)])
+def test_rows_overlap(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1`` (:func:`bwdrows_hopper._tile_overlap`: P stored
+    and dV issued before dS, dS from P as stored, each tile's LSE and D rows loaded a tile
+    ahead): test_rows_layout's shapes (GQA per query head causal; one item of 4 and of 2
+    query tiles) and MHA with more items than SMs (unmasked: the persistent grid, items
+    rotated), causal and not: all three gradients within budget, the switch in the launch."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
+    _, meta, _ = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
+    assert meta["OVERLAP"] is True
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rows_overlap_one_query_tile(gluon_calls, monkeypatch, dtype):
+    """The overlapped tiles with one or two query tiles per item (64 queries, 128 keys, no
+    mask; as test_rows_layout_one_query_tile): the first tile is also the last, or the loop
+    is one tile long: within budget."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
+    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
+    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
+    launches = gluon_launches(monkeypatch, full=True)
+    for hq in (2, 1):
+        check(1, 64, 128, hq, 1, 128, 128, dtype)
+        assert len(gluon_calls) == 1
+        gluon_calls.clear()
+        ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
+        launches.clear()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["OVERLAP"] is True, hq
+
+
+def test_rows_overlap_switch(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_ROWS_OVERLAP``: off unless ``1`` (unset, ``auto``, ``0``), a
+    ValueError for anything else; a plan key's input (:data:`.common.GLUON_OPTIONS`)."""
+    for value, expect in ((None, False), ("auto", False), ("0", False), ("1", True)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", value)
+        assert bwdrows_hopper.overlaps() is expect, value
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_OVERLAP"):
+        bwdrows_hopper.overlaps()
+    assert "FLASHTILE_GLUON_BWD_ROWS_OVERLAP" in common.GLUON_OPTIONS["bwd_hopper"]
+
+
 def test_rows_grid_rule(monkeypatch):
     """The rows kernel's grid (:func:`bwdrows_hopper.persistent`): with more items than SMs
     (256 here; the H200's 132 SMs off a GPU), one program per SM unmasked (``PERSISTENT``:

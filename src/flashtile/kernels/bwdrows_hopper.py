@@ -209,6 +209,86 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
 
 
 @gluon.jit
+def _tile_overlap(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
+                  ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h,
+                  stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
+                  qk_scale, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
+                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  LAST: gl.constexpr, lse2, d_row):
+    """:func:`_tile` with dS computed under dV (``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``,
+    :func:`overlaps`): P is stored and dV issued first (P's tile is read by this consumer's dV
+    alone: no hand-over), then dS. The tile's LSE and D rows come in as ``lse2``, ``d_row``,
+    loaded during the tile before (the compiler otherwise sinks D's load to its first use,
+    just after dV's issue). Returns dK, dV, tile t+1's S, dP (in flight; ``LAST``: tile t's,
+    spent) and tile t+1's rows (``LAST``: tile t's)."""
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
+    dtype: gl.constexpr = q_smem.dtype
+    slot = r % NUM_STAGES
+    z = r >> 30                                     # (opaque zero: see :func:`_tile`)
+    k_cur = k_smem.index(HALF + z)
+    v_cur = v_smem.index(HALF + z)
+    p_buf = p_smem.index(HALF + z)
+    ds_buf = ds_smem.index(HALF + z)
+    q_tile = q_smem.index(slot)
+    do_tile = do_smem.index(slot)
+    q_pos = _query_pos(t, i0, n_i, BLOCK_M, row_layout)
+    s, dp = warpgroup_mma_wait(0, deps=(s, dp))
+    p = gl.exp2(s * qk_scale - lse2[:, None])
+    if CAUSAL:                                   # key j is seen by query i iff j <= i
+        p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
+    p_buf.store(p.to(dtype))        # (its one reader, this consumer's dV of t-1, is done)
+    fence_async_shared()
+    gl.thread_barrier()
+    dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
+    # dS from P as stored (the product's operand anyway): a load after the barrier, which
+    # the compiler cannot hoist above dV's issue as it would the product of registers
+    p = p_buf.load(s_zero.type.layout).to(gl.float32)
+    ds = (p * (dp - d_row[:, None])).to(dtype)
+    # dS into its shared tile once both consumers' dQ products of tile t-1 have read it
+    mbarrier.wait(ds_free, (r & 1) ^ 1)
+    ds_buf.store(ds)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready, count=1)
+    dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
+    mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
+    # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
+    k0_part = k_smem.index(z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
+    k1_part = k_smem.index(1 + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
+    dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
+    dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+    next_slot = (r + 1) % NUM_STAGES
+    if LAST:
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
+    else:
+        # S of tile t+1 into the tensor pipe behind this tile's products (dP too would spill:
+        # module docstring)
+        mbarrier.wait(ready.index(next_slot), ((r + 1) // NUM_STAGES) & 1)
+        s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t + 1,
+                                 i0, n_i, BLOCK_M, row_layout)
+        dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
+    # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
+    # through its shared tile, once the previous tile's reduction has read it, with dP of
+    # t+1 issued before the reduction (into the registers the dQ part leaves)
+    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
+    tma.store_wait(0)
+    gl.thread_barrier()             # (every warp's products done before the arrivals)
+    mbarrier.arrive(empty.index(slot), count=1)
+    mbarrier.arrive(ds_free, count=1)
+    dq_buf.store(dq * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    if not LAST:
+        dp = warpgroup_mma(do_smem.index(next_slot), v_cur.permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+    _tma_reduce_add(dq_desc, [row, col], dq_buf)
+    return dk, dv, s, dp, lse2, d_row
+
+
+@gluon.jit
 def _skipped_tile(r, t, dq_desc, k_smem, ds_smem, dq_buf, ds_ready, ds_free, dq_zero, ds_zero,
                   i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr):
@@ -246,14 +326,15 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                SKIP_MASKED: gl.constexpr, ROTATE: gl.constexpr):
+                SKIP_MASKED: gl.constexpr, ROTATE: gl.constexpr, OVERLAP: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
     last dQ products have read this one's K. ``SKIP_MASKED`` (one query head per KV head): the
     second consumer's tiles above its keys, the item's first, only hand over and add their dQ
     (:func:`_skipped_tile`). ``ROTATE``: an unmasked item starts at its own query tile
-    (:func:`.bwd_hopper._item`). Returns dK, dV (fp32, unscaled), the item's K/V row and
+    (:func:`.bwd_hopper._item`). ``OVERLAP``: the tiles of :func:`_tile_overlap`, the first
+    one's LSE and D rows loaded here. Returns dK, dV (fp32, unscaled), the item's K/V row and
     column and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
@@ -282,18 +363,34 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                       use_acc=False, is_async=True)
     dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
                        use_acc=False, is_async=True)
-    for u in range(SKIP, n_t - 1):
-        dk, dv, s, dp = _tile(it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+    last = it + n_t - 1
+    if OVERLAP:
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, SKIP,
+                                 i0, n_i, BLOCK_M, gl.SliceLayout(1, s_layout))
+        for u in range(SKIP, n_t - 1):
+            dk, dv, s, dp, lse2, d_row = _tile_overlap(
+                it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
+                ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h,
+                stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
+                qk_scale, sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False, lse2,
+                d_row)
+        dk, dv, s, dp, lse2, d_row = _tile_overlap(
+            last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
+            ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h,
+            stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
+            qk_scale, sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True, lse2, d_row)
+    else:
+        for u in range(SKIP, n_t - 1):
+            dk, dv, s, dp = _tile(it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
+                                  do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready,
+                                  empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero,
+                                  dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
+                                  sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
+        dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
                               do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
                               LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
                               n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
-                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
-    last = it + n_t - 1
-    dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                          do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
-                          LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0, n_i,
-                          q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_M,
-                          HEAD_D, NUM_STAGES, CAUSAL, True)
+                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
     # the other consumer's last dQ products have read this one's K (its own products are
     # done): the K and V tiles are free
     mbarrier.wait(ds_free, last & 1)
@@ -309,7 +406,8 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
-                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr):
+                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr,
+                  OVERLAP: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -346,7 +444,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE, OVERLAP)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
@@ -371,7 +469,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP, SKIP_MASKED, ROTATE)
+            CAUSAL, GROUP, SKIP_MASKED, ROTATE, OVERLAP)
         if ADD_DKDV:
             _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0,
                       _kv_column(kv_col, KV_SHARE, HEAD_D), sm_scale, HALF, BLOCK_N, HEAD_D)
@@ -423,7 +521,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                       PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
                       ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1,
-                      ADD_DKDV: gl.constexpr = False):
+                      ADD_DKDV: gl.constexpr = False, OVERLAP: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -457,14 +555,14 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 0, BLOCK_N, BLOCK_M,
                          HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
-                         KV_SHARE, ADD_DKDV)),
+                         KV_SHARE, ADD_DKDV, OVERLAP)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 1, BLOCK_N, BLOCK_M,
                          HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
-                         KV_SHARE, ADD_DKDV)),
+                         KV_SHARE, ADD_DKDV, OVERLAP)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
@@ -507,6 +605,14 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
         return False
     keys, queries = _CONFIGS[d][:2]
     return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
+
+
+def overlaps() -> bool:
+    """Whether the tiles compute dS under dV (:func:`_tile_overlap`):
+    ``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``; unset, ``auto`` or ``0``: :func:`_tile`'s order
+    (offline, session 51: both compile with 0 B of spills and 9 wgmma waits for 132 HGMMA at
+    d=128 causal; not yet timed)."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_ROWS_OVERLAP"))
 
 
 def adds() -> bool:
@@ -556,7 +662,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) 
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > heads),
              GROUP=group, ROTATE=rotated, KV_SHARE=heads // hkv,
-             ADD_DKDV=add_to is not None),
+             ADD_DKDV=add_to is not None, OVERLAP=overlaps()),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
         + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
