@@ -6,7 +6,14 @@
 # 2. FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1 (opt-in, bwdrows_hopper._tile_overlap: P stored and
 #    dV issued before dS, so dS computes under dV; LSE/D rows a tile ahead): its GPU tests,
 #    then main against the variable, MHA d=128 both masks.
-# carry [".branches"]; CALL_S: the seconds this script may take.
+# NOT RUN in session 51: every device start was refused (1,800 s of device time spent on
+# refusals). To run it from this branch's tree (branch s51-backward, or main once merged):
+#   mkdir -p .branches/torchsum && git archive 4a7d54d src | tar -x -C .branches/torchsum
+# and call `run` with carry [".branches"] and
+#   export OUT; CALL_S=470 bash docs/results/2026-12-07-s51-call1/call.sh
+# Keep the sums' launch if its tests pass and the A/B shows it faster; the overlap stays
+# opt-in unless its A/B shows it ahead at every point (then make it the default and drop
+# _tile's order). CALL_S: the seconds this script may take.
 export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
 timeout -s INT 120 python3 -m pytest -v -rf -n 8 -p no:cacheprovider --junitxml=$OUT/tests.xml \
   tests/test_bwd_hopper.py tests/test_bwdrows_hopper.py tests/test_plans.py \
