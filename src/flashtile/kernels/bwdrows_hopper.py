@@ -134,6 +134,31 @@ def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
+def _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty, ds_free,
+            i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
+            HEAD_D: gl.constexpr, LAST: gl.constexpr):
+    """A tile's end, this consumer's dV, dK and dQ products done: the dQ part (64 queries x
+    this consumer's half of d, complete) out as ``sm_scale * dQ`` through its shared tile,
+    once the previous tile's reduction has read it; the slot and the dS tiles handed back;
+    dP of tile t+1 (not ``LAST``; from slot ``next_slot``) issued before the reduction, into
+    the registers the dQ part leaves. Returns dP (``LAST``: ``dp`` as given)."""
+    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
+    col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
+    tma.store_wait(0)
+    gl.thread_barrier()             # (every warp's products done before the arrivals)
+    mbarrier.arrive(empty.index(slot), count=1)
+    mbarrier.arrive(ds_free, count=1)
+    dq_buf.store(dq * sm_scale)
+    fence_async_shared()
+    gl.thread_barrier()
+    if not LAST:
+        dp = warpgroup_mma(do_smem.index(next_slot), v_cur.permute((1, 0)), s_zero,
+                           use_acc=False, is_async=True)
+    _tma_reduce_add(dq_desc, [row, col], dq_buf)
+    return dp
+
+
+@gluon.jit
 def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
           dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
           s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
@@ -189,22 +214,8 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
         s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
                           use_acc=False, is_async=True)
         dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
-    # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
-    # through its shared tile, once the previous tile's reduction has read it, with dP of
-    # t+1 issued before the reduction (into the registers the dQ part leaves)
-    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
-    col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
-    tma.store_wait(0)
-    gl.thread_barrier()             # (every warp's products done before the arrivals)
-    mbarrier.arrive(empty.index(slot), count=1)
-    mbarrier.arrive(ds_free, count=1)
-    dq_buf.store(dq * sm_scale)
-    fence_async_shared()
-    gl.thread_barrier()
-    if not LAST:
-        dp = warpgroup_mma(do_smem.index(next_slot), v_cur.permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-    _tma_reduce_add(dq_desc, [row, col], dq_buf)
+    dp = _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty,
+                 ds_free, i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D, LAST)
     return dk, dv, s, dp
 
 
@@ -269,22 +280,8 @@ def _tile_overlap(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
         lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t + 1,
                                  i0, n_i, BLOCK_M, row_layout)
         dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
-    # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
-    # through its shared tile, once the previous tile's reduction has read it, with dP of
-    # t+1 issued before the reduction (into the registers the dQ part leaves)
-    row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
-    col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
-    tma.store_wait(0)
-    gl.thread_barrier()             # (every warp's products done before the arrivals)
-    mbarrier.arrive(empty.index(slot), count=1)
-    mbarrier.arrive(ds_free, count=1)
-    dq_buf.store(dq * sm_scale)
-    fence_async_shared()
-    gl.thread_barrier()
-    if not LAST:
-        dp = warpgroup_mma(do_smem.index(next_slot), v_cur.permute((1, 0)), s_zero,
-                           use_acc=False, is_async=True)
-    _tma_reduce_add(dq_desc, [row, col], dq_buf)
+    dp = _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty,
+                 ds_free, i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D, LAST)
     return dk, dv, s, dp, lse2, d_row
 
 
