@@ -77,12 +77,15 @@ def test_rows_layout_d64(gluon_calls, monkeypatch, shape, causal, dtype):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("overlap", ["0", "1"], ids=["", "overlap"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
+def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, overlap):
     """Few query tiles per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
     seqlen_k): GQA 2:1, two tiles per item, one per query head (one tile in the loop, the
     other peeled); MHA, one tile per item (the loop empty, the peeled tile alone): within
-    budget."""
+    budget; also in :func:`bwdrows_hopper._tile_overlap`'s order
+    (``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``, whose first tile is then its last)."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", overlap)
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
@@ -91,9 +94,10 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
         check(1, 64, 128, hq, 1, 128, 128, dtype)
         assert len(gluon_calls) == 1
         gluon_calls.clear()
-        (kernel,) = [x[1] for x in launches if x[7] == "dkdv"]
+        ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
         launches.clear()
         assert kernel is bwdrows_hopper._dkdv_rows_kernel, hq
+        assert meta["OVERLAP"] is (overlap == "1"), hq
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128),
@@ -108,27 +112,6 @@ def test_rows_overlap(gluon_calls, monkeypatch, shape, causal, dtype):
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
     _, meta, _ = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
     assert meta["OVERLAP"] is True
-
-
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_rows_overlap_one_query_tile(gluon_calls, monkeypatch, dtype):
-    """The overlapped tiles with one or two query tiles per item (64 queries, 128 keys, no
-    mask; as test_rows_layout_one_query_tile): the first tile is also the last, or the loop
-    is one tile long: within budget."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", "1")
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
-    monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
-    monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
-    launches = gluon_launches(monkeypatch, full=True)
-    for hq in (2, 1):
-        check(1, 64, 128, hq, 1, 128, 128, dtype)
-        assert len(gluon_calls) == 1
-        gluon_calls.clear()
-        ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
-        launches.clear()
-        assert kernel is bwdrows_hopper._dkdv_rows_kernel and meta["OVERLAP"] is True, hq
 
 
 def test_rows_overlap_switch(monkeypatch):

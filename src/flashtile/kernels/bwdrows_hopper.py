@@ -134,6 +134,20 @@ def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
+def _issue_dq(r, z, k_smem, ds_smem, ds_ready, dq_zero, HALF: gl.constexpr,
+              HEAD_D: gl.constexpr):
+    """Once the other consumer's dS half of the program's tile r is in, issue this
+    consumer's dQ part: ``dS_0 K_0[:, part] + dS_1 K_1[:, part]``, ``part`` its half of the
+    head dim (two chained wgmma; ``z``: the tile's opaque zero, see :func:`_tile`)."""
+    mbarrier.wait(ds_ready, r & 1)
+    # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
+    k0_part = k_smem.index(z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
+    k1_part = k_smem.index(1 + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
+    dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
+    return warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+
+
+@gluon.jit
 def _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty, ds_free,
             i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
             HEAD_D: gl.constexpr, LAST: gl.constexpr):
@@ -198,12 +212,7 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     mbarrier.arrive(ds_ready, count=1)
     dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
     dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
-    mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
-    # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
-    k0_part = k_smem.index(z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
-    k1_part = k_smem.index(1 + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
-    dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
-    dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+    dq = _issue_dq(r, z, k_smem, ds_smem, ds_ready, dq_zero, HALF, HEAD_D)
     next_slot = (r + 1) % NUM_STAGES
     if LAST:
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
@@ -262,12 +271,7 @@ def _tile_overlap(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem,
     gl.thread_barrier()
     mbarrier.arrive(ds_ready, count=1)
     dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
-    mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
-    # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
-    k0_part = k_smem.index(z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
-    k1_part = k_smem.index(1 + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
-    dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
-    dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+    dq = _issue_dq(r, z, k_smem, ds_smem, ds_ready, dq_zero, HALF, HEAD_D)
     next_slot = (r + 1) % NUM_STAGES
     if LAST:
         dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
