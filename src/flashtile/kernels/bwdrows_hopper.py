@@ -85,6 +85,12 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 - unmasked items rotated (``ROTATE``, :func:`.bwd_hopper.rotates`: each starts at its own query
   tile, so that a head's items running at once add dQ into different accumulator tiles):
   -0.5% to -5.6% at 1k-16k (session 44, H100, two calls), the default;
+- offline (session 51): dS computed under dV (:func:`_tile_overlap`, opt-in
+  ``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``): dS from P in registers was hoisted by ptxas above
+  the barrier and dV's issue (no overlap); from P read back from its shared tile the FMULs
+  interleave with dV's HGMMA (0 B, 9 waits for 132 HGMMA, loop 675 instructions against
+  565); dV and dK left in flight across the back edge instead: 144 B of spills and every
+  wgmma serialised (C7514). Not yet timed;
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
