@@ -77,7 +77,7 @@ def test_rows_layout_d64(gluon_calls, monkeypatch, shape, causal, dtype):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap", ["0", "1"], ids=["", "overlap"])
+@pytest.mark.parametrize("overlap", ["0", "1"], ids=["default", "overlap"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, overlap):
     """Few query tiles per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
