@@ -228,39 +228,6 @@ def test_other_configs(gluon_calls, monkeypatch, config, causal):
     assert plans.gluon_configs["dkdv"].endswith("64x{}/{}s".format(*config.split(",")[1:3]))
 
 
-@gluon_cases_over(SHAPES)
-def test_dv_first(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD256_DV_FIRST=1`` (consumer 1 issues dV_1 before it computes dS^T):
-    test_gradients' shapes within budget, the switch in the launch."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD256_DV_FIRST", "1")
-    launches = gluon_launches(monkeypatch, full=True)
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert_ran(gluon_calls)
-    assert [x[5]["DV_FIRST"] for x in launches if x[7] == "dkdv"] == [True]
-
-
-def test_dv_first_switch(monkeypatch):
-    """``FLASHTILE_GLUON_BWD256_DV_FIRST``: off unless ``1``; a ValueError for anything but
-    0, 1 and auto; a plan key's input; the launch carries it (captured on the CPU)."""
-    for value, expect in ((None, False), ("auto", False), ("0", False), ("1", True)):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD256_DV_FIRST", raising=False)
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD256_DV_FIRST", value)
-        assert bwd256_hopper.dv_first() is expect, value
-        seen = gluon_launches(monkeypatch, run=False)
-        q, k, v = qkv(b=1, sq=256, hq=2, hkv=2)
-        lse = dsum = torch.zeros(1, 2, 256)
-        bwd256_hopper.dkdv(q, k, v, q.clone(), lse, dsum, torch.empty_like(k),
-                           torch.empty_like(v), flash_params(q, k, v, True))
-        assert seen[-1][2]["DV_FIRST"] is expect, value
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD256_DV_FIRST", "yes")
-    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD256_DV_FIRST"):
-        bwd256_hopper.dv_first()
-    assert "FLASHTILE_GLUON_BWD256_DV_FIRST" in common.GLUON_OPTIONS["bwd256_hopper"]
-
-
 @gluon_cases_over([(2, 2048, 4, 4, 256), (1, 256, 2, 2, 256)])
 def test_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD256_PERSISTENT=1``: one program per SM looping over work items

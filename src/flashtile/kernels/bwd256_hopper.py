@@ -46,11 +46,11 @@ Measured (H200, forward+backward, kernel sums):
 - against the tile-level backward: 0.57-0.61x its time at 4k and 16k, causal or not; 0.55x ->
   0.91-0.97x cuDNN (session 19);
 - 64 queries x 2 slots against 32 x 4: time 0.95-0.98x, 1.01x at 16k unmasked (session 19);
-- offline (session 51): ``DV_FIRST`` (:func:`dv_first`, opt-in): consumer 1's dV_1 HGMMAs issue
-  among dS^T's FMULs (before: after them), no wgmma serialised, 4 B of spill in the item-level
-  code when causal (0 B unmasked); not yet timed;
 - offline (sm_90a): every config tried, 0 B of spills and no wgmma serialised; rejected: dS^T
-  as consumer 1's register operand (C7512), S^T_{t+1} waited for at the next tile's top (C7514).
+  as consumer 1's register operand (C7512), S^T_{t+1} waited for at the next tile's top (C7514);
+- rejected (session 52, H100, 2 rounds): consumer 1 issuing dV_1 as soon as P^T has landed and
+  computing dS^T under it (offline no wgmma serialised, 4 B spill when causal): 0.999x-1.054x
+  the time at 4k/16k, causal or not (slower at three of four points).
 
 Details, commands and raw data: docs/perf.md.
 """
@@ -64,7 +64,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .common import env_forced, gluon_switch_on
+from .common import gluon_switch_on
 
 # (head dim) -> (keys per item, queries per tile, ring slots, consumer registers); the keys
 # are one wgmma's 64 rows. Offline (sm_90a, scripts/inspect_kernels.py --gluon --d 256, bf16
@@ -319,13 +319,12 @@ def _p_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, k_ready, kv_em
 def _ds_tile(dpt, dk, dv, d_row, r, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem, ds_smem,
              ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base, stride_d_h,
              s_zero, BLOCK_M: gl.constexpr, NUM_STAGES: gl.constexpr, NEXT: gl.constexpr,
-             a_layout: gl.constexpr, col_layout: gl.constexpr, DV_FIRST: gl.constexpr):
+             a_layout: gl.constexpr, col_layout: gl.constexpr):
     """Consumer 1, tile t (the ring's load r): with ``dP^T`` issued (and tile t-1's ``dK_1``,
     ``dV_1`` in flight), all three done (tile t-1's slot and P^T tile released); P^T read
     back once consumer 0 stored it; dS^T into its shared tile; then
     ``dK_1 += dS^T Q[:, 128:]``, ``dV_1 += P^T dO[:, 128:]`` and the next tile's ``dP^T``
-    (``NEXT``). ``DV_FIRST`` (:func:`dv_first`): ``dV_1`` is issued as soon as P^T has landed,
-    so that dS^T is computed while it runs."""
+    (``NEXT``)."""
     HALF_D: gl.constexpr = q_smem.shape[2] // 2
     dtype: gl.constexpr = ds_smem.dtype
     slot = r % NUM_STAGES
@@ -335,9 +334,6 @@ def _ds_tile(dpt, dk, dv, d_row, r, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem
         mbarrier.arrive(empty.index((r - 1) % NUM_STAGES), count=1)
         mbarrier.arrive(pt_free.index((r - 1) % 2), count=1)
     mbarrier.wait(pt_ready.index(b), (r // 2) & 1)
-    if DV_FIRST:
-        dv = warpgroup_mma(pt_smem.index(b), do_smem.index(slot).slice(HALF_D, HALF_D, dim=1),
-                           dv, is_async=True)
     pt = pt_smem.index(b).load(dpt.type.layout).to(gl.float32)
     dst = (pt * (dpt - d_row[None, :])).to(dtype)
     mbarrier.wait(ds_free.index(b), ((r // 2) & 1) ^ 1)     # (tile t-2's dS^T read)
@@ -349,9 +345,8 @@ def _ds_tile(dpt, dk, dv, d_row, r, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem
         d_row = _rows(DSUM, d_base, stride_d_h, t + 1, i0, n_i, 1.0, BLOCK_M, col_layout)
     dk = warpgroup_mma(ds_smem.index(b),
                        q_smem.index(slot).slice(HALF_D, HALF_D, dim=1), dk, is_async=True)
-    if not DV_FIRST:
-        dv = warpgroup_mma(pt_smem.index(b), do_smem.index(slot).slice(HALF_D, HALF_D, dim=1),
-                           dv, is_async=True)
+    dv = warpgroup_mma(pt_smem.index(b), do_smem.index(slot).slice(HALF_D, HALF_D, dim=1), dv,
+                       is_async=True)
     if NEXT:
         dpt = _issue_transposed(v_smem, do_smem, ready, r + 1, s_zero, NUM_STAGES)
     return dpt, dk, dv, d_row
@@ -363,7 +358,7 @@ def _ds_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, v_ready, kv_e
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q,
                 seqlen_k, sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                 HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                GROUP: gl.constexpr, DV_FIRST: gl.constexpr):
+                GROUP: gl.constexpr):
     """Consumer 1 (a four-warp worker): ``dP^T``, ``dS^T``, and column half 1 of dK and dV,
     for each of this program's work items."""
     HALF_D: gl.constexpr = HEAD_D // 2
@@ -386,13 +381,13 @@ def _ds_consume(k_smem, v_smem, q_smem, do_smem, pt_smem, ds_smem, v_ready, kv_e
                 dpt, dk, dv, d_row, it + t, t, i0, n_i, v_smem, q_smem, do_smem, pt_smem,
                 ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base,
                 stride_d_h, s_zero, BLOCK_M, NUM_STAGES, True, a_layout,
-                col_layout, DV_FIRST)
+                col_layout)
         r = it + n_t - 1
         dpt, dk, dv, d_row = _ds_tile(
             dpt, dk, dv, d_row, r, n_t - 1, i0, n_i, v_smem, q_smem, do_smem, pt_smem,
             ds_smem, ready, empty, pt_ready, pt_free, ds_ready, ds_free, DSUM, d_base,
             stride_d_h, s_zero, BLOCK_M, NUM_STAGES, False, a_layout,
-            col_layout, DV_FIRST)
+            col_layout)
         # (consumer 0's last S^T is done: it stored the last P^T, which this one read)
         _item_done(dk, dv, r, empty, pt_free, k_smem, v_smem, dk_desc, dv_desc, kv_empty,
                    kv_row0, kv_col, sm_scale, NUM_STAGES, 1)
@@ -406,8 +401,7 @@ def _dkdv256_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DSUM
                     seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
                     BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                     NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                    CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
-                    DV_FIRST: gl.constexpr = False):
+                    CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
     # n_work programs: one each): BLOCK_N keys of one (batch, KV head) apiece.
     dtype: gl.constexpr = k_desc.dtype
@@ -439,7 +433,7 @@ def _dkdv256_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, LSE, DSUM
                        ready, empty, pt_ready, pt_free, ds_ready, ds_free, dk_desc, dv_desc,
                        DSUM, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
                        seqlen_q, seqlen_k, sm_scale, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-                       CAUSAL, GROUP, DV_FIRST)),
+                       CAUSAL, GROUP)),
         (_load, (q_desc, k_desc, v_desc, do_desc, k_smem, v_smem, q_smem, do_smem, k_ready,
                  v_ready, kv_empty, ready, empty, n_work, n_ntiles, nheads_kv, group, seqlen_q,
                  seqlen_k, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP)),
@@ -456,13 +450,6 @@ def config(d: int) -> tuple[int, int, int, int]:
                          f"64 keys, 16, 32 or 64 queries and at least 2 ring slots, got "
                          f"{keys},{queries},{stages},{regs}")
     return keys, queries, stages, regs
-
-
-def dv_first() -> bool:
-    """Whether consumer 1 issues ``dV_1 += P^T dO[:, 128:]`` as soon as P^T has landed, before
-    it computes dS^T (:func:`_ds_tile`'s ``DV_FIRST``): ``FLASHTILE_GLUON_BWD256_DV_FIRST=1``;
-    unset, ``auto`` or ``0``: after dS^T, with dK_1 (session 51, offline: not yet timed)."""
-    return bool(env_forced("FLASHTILE_GLUON_BWD256_DV_FIRST"))
 
 
 def enabled() -> bool:
@@ -502,7 +489,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None) -> None:
          hkv, hq // hkv, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
          params.softmax_scale),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
-             CONSUMER_REGS=regs, num_warps=4, DV_FIRST=dv_first(),
+             CONSUMER_REGS=regs, num_warps=4,
              GROUP=fwd_hopper.causal_group(n_ntiles, SINGLE_UPTO,
                                            "FLASHTILE_GLUON_BWD256_GROUP") if causal else 1),
         fwd_hopper.part_descriptor, "dkdv", f"gluon d256 {block_n}x{block_m}/{stages}s")

@@ -120,8 +120,7 @@ GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_EXPAND", "FLASHTILE_GLUON_BWD_EXPAND_ADD",
                                 "FLASHTILE_GLUON_BWD_ROWS_OVERLAP"),
                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
-                                   "FLASHTILE_GLUON_BWD256_GROUP",
-                                   "FLASHTILE_GLUON_BWD256_DV_FIRST"),
+                                   "FLASHTILE_GLUON_BWD256_GROUP"),
                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256_GROUP",)}
 
 
