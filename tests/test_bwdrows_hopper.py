@@ -77,15 +77,12 @@ def test_rows_layout_d64(gluon_calls, monkeypatch, shape, causal, dtype):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("overlap", ["0", "1"], ids=["default", "overlap"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, overlap):
+def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
     """Few query tiles per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
     seqlen_k): GQA 2:1, two tiles per item, one per query head (one tile in the loop, the
-    other peeled); MHA, one tile per item (the loop empty, the peeled tile alone): within
-    budget; also in :func:`bwdrows_hopper._tile_overlap`'s order
-    (``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``, whose first tile is then its last)."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", overlap)
+    other peeled); MHA, one tile per item (the loop empty, the peeled tile alone, with the
+    LSE and D rows loaded before the loop): within budget."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")
@@ -94,39 +91,9 @@ def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype, overlap):
         check(1, 64, 128, hq, 1, 128, 128, dtype)
         assert len(gluon_calls) == 1
         gluon_calls.clear()
-        ((kernel, meta),) = [(x[1], x[5]) for x in launches if x[7] == "dkdv"]
+        (kernel,) = [x[1] for x in launches if x[7] == "dkdv"]
         launches.clear()
         assert kernel is bwdrows_hopper._dkdv_rows_kernel, hq
-        assert meta["OVERLAP"] is (overlap == "1"), hq
-
-
-@gluon_cases_over([(3, 1024, 12, 4, 128), (1, 256, 2, 2, 128), (1, 128, 1, 1, 128),
-                   (4, 2048, 16, 16, 128)])
-def test_rows_overlap(gluon_calls, monkeypatch, shape, causal, dtype):
-    """``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1`` (:func:`bwdrows_hopper._tile_overlap`: P stored
-    and dV issued before dS, dS from P as stored, each tile's LSE and D rows loaded a tile
-    ahead): test_rows_layout's shapes (GQA per query head causal; one item of 4 and of 2
-    query tiles) and MHA with more items than SMs (unmasked: the persistent grid, items
-    rotated), causal and not: all three gradients within budget, the switch in the launch."""
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", "1")
-    monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
-    _, meta, _ = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
-    assert meta["OVERLAP"] is True
-
-
-def test_rows_overlap_switch(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_ROWS_OVERLAP``: off unless ``1`` (unset, ``auto``, ``0``), a
-    ValueError for anything else; a plan key's input (:data:`.common.GLUON_OPTIONS`)."""
-    for value, expect in ((None, False), ("auto", False), ("0", False), ("1", True)):
-        if value is None:
-            monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", raising=False)
-        else:
-            monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", value)
-        assert bwdrows_hopper.overlaps() is expect, value
-    monkeypatch.setenv("FLASHTILE_GLUON_BWD_ROWS_OVERLAP", "yes")
-    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_ROWS_OVERLAP"):
-        bwdrows_hopper.overlaps()
-    assert "FLASHTILE_GLUON_BWD_ROWS_OVERLAP" in common.GLUON_OPTIONS["bwd_hopper"]
 
 
 def test_rows_grid_rule(monkeypatch):

@@ -27,11 +27,14 @@ Schedule, per query tile j and consumer ``HALF`` (:func:`_tile`):
 
 1. ``S = Q_j K^T`` and ``dP = dO_j V^T`` (M = 64 queries, N = 64 keys, K = d; both operands in
    shared memory), issued one tile ahead (step 6);
-2. ``P = exp2(S * qk_scale - LSE * log2e)`` (causal: key <= query), ``dS = P (dP - D)``;
-3. P and dS (fp16/bf16) into ``p_smem[HALF]``, ``ds_smem[HALF]`` once both consumers' dQ
-   products of tile j-1 have released the dS tiles (``ds_free``); fenced, announced on ``ds_ready``;
-4. ``dV += P^T dO_j``, ``dK += dS^T Q_j`` (M = 64 keys, N = d; A: the transposed view of the P /
-   dS tile, B: the ring slot's dO / Q);
+2. ``P = exp2(S * qk_scale - LSE * log2e)`` (causal: key <= query) into ``p_smem[HALF]``
+   (its one reader, this consumer's dV of tile j-1, is done); ``dV += P^T dO_j`` issued (M = 64
+   keys, N = d; A: the P tile's transposed view, B: the ring slot's dO);
+3. under dV: ``dS = P (dP - D)``, P read back from ``p_smem[HALF]`` (from registers, ptxas
+   hoists the arithmetic above the barrier and dV's issue), into ``ds_smem[HALF]`` once both
+   consumers' dQ products of tile j-1 have released the dS tiles (``ds_free``); fenced,
+   announced on ``ds_ready``; LSE and D rows of tile j are loaded during tile j-1;
+4. ``dK += dS^T Q_j`` (A: the dS tile's transposed view, B: the ring slot's Q);
 5. once both dS halves are in, its dQ columns ``part`` = ``[64 HALF, 64 HALF + 64)``:
    ``dQ_j[:, part] = dS_0 K_0[:, part] + dS_1 K_1[:, part]`` (M = 64 queries, K = 2 x 64 keys,
    two chained wgmma), out through ``dq_smem[HALF]`` as a TMA reduce-add
@@ -85,12 +88,13 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 - unmasked items rotated (``ROTATE``, :func:`.bwd_hopper.rotates`: each starts at its own query
   tile, so that a head's items running at once add dQ into different accumulator tiles):
   -0.5% to -5.6% at 1k-16k (session 44, H100, two calls), the default;
-- offline (session 51): dS computed under dV (:func:`_tile_overlap`, opt-in
-  ``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``): dS from P in registers was hoisted by ptxas above
-  the barrier and dV's issue (no overlap); from P read back from its shared tile the FMULs
-  interleave with dV's HGMMA (0 B, 9 waits for 132 HGMMA, loop 675 instructions against
-  565); dV and dK left in flight across the back edge instead: 144 B of spills and every
-  wgmma serialised (C7514). Not yet timed;
+- dS computed under dV (steps 2-3, session 51 offline, session 52 timed): dS from P in
+  registers was hoisted by ptxas above the barrier and dV's issue (no overlap); from P read
+  back from its shared tile the FMULs interleave with dV's HGMMA (0 B, 9 waits for 132 HGMMA,
+  loop 675 instructions against 565); dV and dK left in flight across the back edge instead:
+  144 B of spills and every wgmma serialised (C7514). On the H100 (session 52, fwd+bwd kernel
+  sums, 2 rounds) 0.960x-1.000x of the previous order at 512-16k, bf16 and fp16, causal or not
+  (MHA), 0.954x-0.999x with GQA 8:1: the default;
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -124,19 +128,6 @@ def _tile_layout(rows, cols, dtype):
     """P and dS tiles' shared layout (64 x 64 fp16/bf16: 128-byte swizzle), read as the A
     operand both as they are (dQ) and transposed (dV, dK)."""
     return gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
-
-
-@gluon.jit
-def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
-            dtype: gl.constexpr):
-    """P and dS of one tile (queries as rows) in ``dtype``, from S and dP ``(queries,
-    keys)`` fp32 and the tile's rows LSE (log2 domain) and D. (Causal: every tile is masked;
-    masking only the tiles that reach the diagonal measured 0-4% slower, session 23.)"""
-    p = gl.exp2(s * qk_scale - lse2[:, None])
-    if CAUSAL:                                   # key j is seen by query i iff j <= i
-        p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
-    ds = p * (dp - d_row[:, None])
-    return p.to(dtype), ds.to(dtype)
 
 
 @gluon.jit
@@ -181,15 +172,19 @@ def _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero,
 @gluon.jit
 def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
           dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
-          s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
-          sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
+          lse2, d_row, HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
           NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, LAST: gl.constexpr):
     """Tile t of the work item (the program's tile r, counted across its items: the ring's
     slot and the barriers' phases) for consumer ``HALF``, from its S and dP in flight (steps
-    2-6 of the module docstring): wait for them, P and dS, issue dV, dK and dQ; then (not
-    ``LAST``) S of tile t+1 before the wait for dV, dK and dQ (one group stays in flight), and
-    dP of tile t+1 once the dQ part is staged in shared memory, before the dQ reduction.
-    Returns dK, dV and tile t+1's S, dP (in flight; ``LAST``: tile t's, spent)."""
+    2-6 of the module docstring): wait for them; P stored and dV issued, then dS computed
+    under dV (P's tile is read by this consumer's dV alone: no hand-over), stored and handed
+    over; dK and dQ issued; then (not ``LAST``) S of tile t+1 before the wait for dV, dK and
+    dQ (one group stays in flight), and dP of tile t+1 once the dQ part is staged in shared
+    memory, before the dQ reduction. The tile's LSE and D rows come in as ``lse2``,
+    ``d_row``, loaded during the tile before (the compiler otherwise sinks D's load to its
+    first use, just after dV's issue). Returns dK, dV, tile t+1's S, dP (in flight;
+    ``LAST``: tile t's, spent) and tile t+1's rows (``LAST``: tile t's)."""
     row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
     dtype: gl.constexpr = q_smem.dtype
     slot = r % NUM_STAGES
@@ -197,60 +192,6 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
     # P, dS, K's dQ columns; 64 bits each) overflow the uniform registers and spill. Indexed
     # by an opaque zero of the loops (r < 2^30), they are made per tile.
     z = r >> 30
-    k_cur = k_smem.index(HALF + z)
-    v_cur = v_smem.index(HALF + z)
-    p_buf = p_smem.index(HALF + z)
-    ds_buf = ds_smem.index(HALF + z)
-    q_tile = q_smem.index(slot)
-    do_tile = do_smem.index(slot)
-    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
-                             n_i, BLOCK_M, row_layout)
-    q_pos = _query_pos(t, i0, n_i, BLOCK_M, row_layout)
-    s, dp = warpgroup_mma_wait(0, deps=(s, dp))
-    p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
-    # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
-    # the dS tiles (this one's own dV and dK of t-1, the P tile's reader, are done)
-    mbarrier.wait(ds_free, (r & 1) ^ 1)
-    p_buf.store(p)
-    ds_buf.store(ds)
-    fence_async_shared()
-    gl.thread_barrier()             # (every thread's part stored before the one arrival)
-    mbarrier.arrive(ds_ready, count=1)
-    dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
-    dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
-    dq = _issue_dq(r, z, k_smem, ds_smem, ds_ready, dq_zero, HALF, HEAD_D)
-    next_slot = (r + 1) % NUM_STAGES
-    if LAST:
-        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
-    else:
-        # S of tile t+1 into the tensor pipe behind this tile's products (dP too would spill:
-        # module docstring)
-        mbarrier.wait(ready.index(next_slot), ((r + 1) // NUM_STAGES) & 1)
-        s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)
-        dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
-    dp = _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty,
-                 ds_free, i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D, LAST)
-    return dk, dv, s, dp
-
-
-@gluon.jit
-def _tile_overlap(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
-                  ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h,
-                  stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
-                  qk_scale, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
-                  HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  LAST: gl.constexpr, lse2, d_row):
-    """:func:`_tile` with dS computed under dV (``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``,
-    :func:`overlaps`): P is stored and dV issued first (P's tile is read by this consumer's dV
-    alone: no hand-over), then dS. The tile's LSE and D rows come in as ``lse2``, ``d_row``,
-    loaded during the tile before (the compiler otherwise sinks D's load to its first use,
-    just after dV's issue). Returns dK, dV, tile t+1's S, dP (in flight; ``LAST``: tile t's,
-    spent) and tile t+1's rows (``LAST``: tile t's)."""
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
-    dtype: gl.constexpr = q_smem.dtype
-    slot = r % NUM_STAGES
-    z = r >> 30                                     # (opaque zero: see :func:`_tile`)
     k_cur = k_smem.index(HALF + z)
     v_cur = v_smem.index(HALF + z)
     p_buf = p_smem.index(HALF + z)
@@ -333,15 +274,15 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                 seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF: gl.constexpr,
                 BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                 NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                SKIP_MASKED: gl.constexpr, ROTATE: gl.constexpr, OVERLAP: gl.constexpr):
+                SKIP_MASKED: gl.constexpr, ROTATE: gl.constexpr):
     """Work item w of consumer ``HALF``, its K and V loading (the program's ``done``-th item,
     whose tiles follow the program's ``it`` earlier ones): tile 0's S and dP, each tile
     issuing the next one's (:func:`_tile`), the last tile peeled, until the other consumer's
     last dQ products have read this one's K. ``SKIP_MASKED`` (one query head per KV head): the
     second consumer's tiles above its keys, the item's first, only hand over and add their dQ
     (:func:`_skipped_tile`). ``ROTATE``: an unmasked item starts at its own query tile
-    (:func:`.bwd_hopper._item`). ``OVERLAP``: the tiles of :func:`_tile_overlap`, the first
-    one's LSE and D rows loaded here. Returns dK, dV (fp32, unscaled), the item's K/V row and
+    (:func:`.bwd_hopper._item`). The first tile's LSE and D rows are loaded here (each tile
+    loads the next one's). Returns dK, dV (fp32, unscaled), the item's K/V row and
     column and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
@@ -371,33 +312,19 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
                        use_acc=False, is_async=True)
     last = it + n_t - 1
-    if OVERLAP:
-        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, SKIP,
-                                 i0, n_i, BLOCK_M, gl.SliceLayout(1, s_layout))
-        for u in range(SKIP, n_t - 1):
-            dk, dv, s, dp, lse2, d_row = _tile_overlap(
-                it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
-                ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h,
-                stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
-                qk_scale, sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False, lse2,
-                d_row)
-        dk, dv, s, dp, lse2, d_row = _tile_overlap(
-            last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
-            ds_smem, dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h,
-            stride_d_h, keys, s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base,
-            qk_scale, sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True, lse2, d_row)
-    else:
-        for u in range(SKIP, n_t - 1):
-            dk, dv, s, dp = _tile(it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                                  do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready,
-                                  empty, LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero,
-                                  dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
-                                  sm_scale, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
-        dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                              do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
-                              LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
-                              n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
-                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
+    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, SKIP, i0,
+                             n_i, BLOCK_M, gl.SliceLayout(1, s_layout))
+    for u in range(SKIP, n_t - 1):
+        dk, dv, s, dp, lse2, d_row = _tile(
+            it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+            dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
+            s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
+            lse2, d_row, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
+    dk, dv, s, dp, lse2, d_row = _tile(
+        last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+        dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
+        s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, lse2,
+        d_row, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
     # the other consumer's last dQ products have read this one's K (its own products are
     # done): the K and V tiles are free
     mbarrier.wait(ds_free, last & 1)
@@ -413,8 +340,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
-                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr,
-                  OVERLAP: gl.constexpr):
+                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
@@ -451,7 +377,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE, OVERLAP)
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
             if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
                 _, next_row, next_col, _, _, _, _, _, _, _ = _item(
                     w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
@@ -476,7 +402,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
             dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
             stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
             qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES,
-            CAUSAL, GROUP, SKIP_MASKED, ROTATE, OVERLAP)
+            CAUSAL, GROUP, SKIP_MASKED, ROTATE)
         if ADD_DKDV:
             _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0,
                       _kv_column(kv_col, KV_SHARE, HEAD_D), sm_scale, HALF, BLOCK_N, HEAD_D)
@@ -528,7 +454,7 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                       PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
                       ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1,
-                      ADD_DKDV: gl.constexpr = False, OVERLAP: gl.constexpr = False):
+                      ADD_DKDV: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
     # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
@@ -562,14 +488,14 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 0, BLOCK_N, BLOCK_M,
                          HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
-                         KV_SHARE, ADD_DKDV, OVERLAP)),
+                         KV_SHARE, ADD_DKDV)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                          qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 1, BLOCK_N, BLOCK_M,
                          HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
-                         KV_SHARE, ADD_DKDV, OVERLAP)),
+                         KV_SHARE, ADD_DKDV)),
         (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                       nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
                       NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
@@ -612,14 +538,6 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
         return False
     keys, queries = _CONFIGS[d][:2]
     return q.shape[1] % queries == 0 and k.shape[1] % (2 * keys) == 0
-
-
-def overlaps() -> bool:
-    """Whether the tiles compute dS under dV (:func:`_tile_overlap`):
-    ``FLASHTILE_GLUON_BWD_ROWS_OVERLAP=1``; unset, ``auto`` or ``0``: :func:`_tile`'s order
-    (offline, session 51: both compile with 0 B of spills and 9 wgmma waits for 132 HGMMA at
-    d=128 causal; not yet timed)."""
-    return bool(env_forced("FLASHTILE_GLUON_BWD_ROWS_OVERLAP"))
 
 
 def adds() -> bool:
@@ -669,7 +587,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) 
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > heads),
              GROUP=group, ROTATE=rotated, KV_SHARE=heads // hkv,
-             ADD_DKDV=add_to is not None, OVERLAP=overlaps()),
+             ADD_DKDV=add_to is not None),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
         + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
