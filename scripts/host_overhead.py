@@ -597,10 +597,11 @@ def check_gluon_plans(launches) -> int:
         failures = 0
         # (d=64 causal: the tile-level forward, the Gluon dK/dV kernel; kernels: forward,
         # preprocess, dK/dV, and dQ in two passes, which d=64 causal calls this short take by
-        # default; the others add dQ in the dK/dV pass, bwd_hopper.one_pass)
+        # default; the others add dQ in the dK/dV pass, bwd_hopper.one_pass; d=128 causal GQA
+        # adds the per-query-head dK/dV's sums, bwd._sum_head_groups)
         for variant, d, (name, env), kernels in (
                 ("plain", 128, ("", {}), 3), ("not causal", 128, ("", {}), 3),
-                ("gqa 8/2", 128, ("", {}), 3), ("scale", 128, ("", {}), 3),
+                ("gqa 8/2", 128, ("", {}), 4), ("scale", 128, ("", {}), 3),
                 ("plain", 64, ("", {}), 4), ("not causal", 64, ("", {}), 3),
                 ("plain", 64, (" + late one pass", late), 3),
                 ("scale", 64, (" + Gluon dQ", dq_on), 4),

@@ -426,6 +426,30 @@ def test_zero_pair_fills_the_accumulators():
         assert t[37:].isnan().all()
 
 
+@pytest.mark.parametrize("g,d,dv", [(4, 8, 8), (3, 24, 40)], ids=["g4-d8", "g3-d24-dv40"])
+def test_sum_head_groups(g, d, dv):
+    """``bwd._sum_head_groups``: each (batch, key, KV head) row of dK / dV is the float32 sum,
+    rounded once, of its g query heads' parts, in one launch for both (grid axis 1); a head
+    dim below its padded block and a last partial block of rows; the parts are not modified.
+    (The Triton interpreter on the CPU, the GPU otherwise; fp16.)"""
+    from flashtile.kernels import bwd
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    b, s, hkv, block_r = 2, 7, 3, 8
+    dk_parts = torch.randn(b, s, hkv * g, d, device=device).to(torch.float16)
+    dv_parts = torch.randn(b, s, hkv * g, dv, device=device).to(torch.float16)
+    before = dk_parts.clone(), dv_parts.clone()
+    dk_out = torch.full((b, s, hkv, d), float("nan"), dtype=torch.float16, device=device)
+    dv_out = torch.full((b, s, hkv, dv), float("nan"), dtype=torch.float16, device=device)
+    n_rows = b * s * hkv                                  # (42: 5 full blocks of 8 and 2)
+    bwd._sum_head_groups[(-(-n_rows // block_r), 2)](
+        dk_parts, dv_parts, dk_out, dv_out, n_rows, G=g, HEAD_D=d, HEAD_DV=dv, BLOCK_R=block_r,
+        BLOCK_D=32 if d > 16 else 16, BLOCK_DV=64 if dv > 32 else 16)
+    for out, parts, width in ((dk_out, dk_parts, d), (dv_out, dv_parts, dv)):
+        want = parts.float().view(b, s, hkv, g, width).sum(3).to(torch.float16)
+        assert torch.equal(out, want)
+    assert torch.equal(dk_parts, before[0]) and torch.equal(dv_parts, before[1])
+
+
 @gluon_cases_over([(2, 1024, 8, 2, 64), (3, 512, 4, 1, 64), (2, 1024, 6, 2, 96)])
 def test_per_query_head(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_EXPAND=1`` at d=64 (one pass and two) and d=96 (two passes):

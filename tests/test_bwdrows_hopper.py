@@ -81,8 +81,8 @@ def test_rows_layout_d64(gluon_calls, monkeypatch, shape, causal, dtype):
 def test_rows_layout_one_query_tile(gluon_calls, monkeypatch, dtype):
     """Few query tiles per item (64 queries, 128 keys, no mask: causal needs seqlen_q ==
     seqlen_k): GQA 2:1, two tiles per item, one per query head (one tile in the loop, the
-    other peeled); MHA, one tile per item (the loop empty, the peeled tile alone): within
-    budget."""
+    other peeled); MHA, one tile per item (the loop empty, the peeled tile alone, with the
+    LSE and D rows loaded before the loop): within budget."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_ROWS", raising=False)
     monkeypatch.setenv("FLASHTILE_BWD_DQ", "atomic")
     monkeypatch.setenv("FLASHTILE_GLUON_DQ", "1")

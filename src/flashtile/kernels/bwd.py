@@ -60,6 +60,37 @@ def _zero_pair(X, Y, n, BLOCK: tl.constexpr):
     tl.store(Y + offs, tl.zeros([BLOCK], Y.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def _sum_rows(Parts, Out, n_rows, G: tl.constexpr, D: tl.constexpr, BLOCK_R: tl.constexpr,
+              BLOCK_D: tl.constexpr):
+    """``Out[r, :D]`` = the float32 sum, rounded once to Out's dtype, of ``Parts[r, j, :D]``
+    over ``j < G``, for BLOCK_R rows r of a contiguous ``(n_rows, G, D)`` / ``(n_rows, D)``."""
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.arange(0, BLOCK_D)
+    ok = (rows < n_rows)[:, None] & (cols < D)[None, :]
+    parts = Parts + rows[:, None] * (G * D) + cols[None, :]
+    total = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    for j in tl.static_range(G):
+        total += tl.load(parts + j * D, mask=ok, other=0.0).to(tl.float32)
+    tl.store(Out + rows[:, None] * D + cols[None, :], total.to(Out.dtype.element_ty), mask=ok)
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def _sum_head_groups(DK_PARTS, DV_PARTS, DK, DV, n_rows, G: tl.constexpr, HEAD_D: tl.constexpr,
+                     HEAD_DV: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+                     BLOCK_DV: tl.constexpr):
+    """GQA's dK and dV from the parts written per query head (:func:`.bwd_hopper.dkdv_heads`):
+    each ``(batch, key, KV head)`` row of dK ``(b, s, hkv, d)`` is the sum of the G rows of
+    ``(b, s, hkv * G, d)`` parts that its query heads wrote (they lie next to each other),
+    likewise dV; the grid's axis 1 picks dK (0) or dV (1): one launch for both, recorded in
+    the plan (a torch sum per tensor ran at ~2.1 TB/s on the H100, 67 us at GQA 8:1 d=128 and
+    16k tokens, session 49)."""
+    if tl.program_id(1) == 0:
+        _sum_rows(DK_PARTS, DK, n_rows, G, HEAD_D, BLOCK_R, BLOCK_D)
+    else:
+        _sum_rows(DV_PARTS, DV, n_rows, G, HEAD_DV, BLOCK_R, BLOCK_DV)
+
+
 @triton.jit(do_not_specialize=["seqlen_q", "head_dv", "nheads", "stride_lse_b", "stride_lse_h",
                                "head_d"])
 def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, stride_dob,
@@ -738,9 +769,17 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             stride_dbb=dbias_strides[0], stride_dbh=dbias_strides[1],
             stride_dbm=dbias_strides[2], HAS_DBIAS=need_bias_grad, ATOMIC_DQ=atomic))
     parts = {}          # (the per-query-head dK/dV parts or accumulators, by name)
-    if sums is not None:
-        plans.copy_into(dk4, sums[0])
+    if add_to is not None:
+        plans.copy_into(dk4, sums[0])            # (float32 accumulators -> k's dtype)
         plans.copy_into(dv4, sums[1])
+    elif sums is not None:
+        n_rows = k.shape[0] * k.shape[1] * nheads_kv           # ((batch, key, KV head) rows)
+        block_r = 8 if interpreting() else 4096 // max(HEAD_D, HEAD_DV)
+        plans.launch(record, _sum_head_groups, (cdiv(n_rows, block_r), 2),
+                     (*sums, dk4, dv4, n_rows), dict(
+                         G=dkdv_heads // nheads_kv, HEAD_D=head_d, HEAD_DV=head_dv,
+                         BLOCK_R=block_r, BLOCK_D=HEAD_D, BLOCK_DV=HEAD_DV))
+    if sums is not None:
         parts = {"dk_part": sums[0], "dv_part": sums[1]}
     if atomic:
         dq4.copy_(dq_acc.view_as(dq4))           # already scaled; fp32 -> q's dtype
@@ -755,7 +794,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             **diagonal_args(params, seqlen_k, head_d)))
     if record is not None:
         buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ()) + tuple(parts)
-        copies = (((("dk", "dk_part"), ("dv", "dv_part")) if parts else ())
+        copies = (((("dk", "dk_part"), ("dv", "dv_part")) if add_to is not None else ())
                   + ((("dq", "dq_acc"),) if atomic else ()))
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,
                                      "dq_acc": dq_acc, **parts}, buffers, ("dq", "dk", "dv"),

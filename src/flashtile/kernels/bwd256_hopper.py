@@ -47,7 +47,10 @@ Measured (H200, forward+backward, kernel sums):
   0.91-0.97x cuDNN (session 19);
 - 64 queries x 2 slots against 32 x 4: time 0.95-0.98x, 1.01x at 16k unmasked (session 19);
 - offline (sm_90a): every config tried, 0 B of spills and no wgmma serialised; rejected: dS^T
-  as consumer 1's register operand (C7512), S^T_{t+1} waited for at the next tile's top (C7514).
+  as consumer 1's register operand (C7512), S^T_{t+1} waited for at the next tile's top (C7514);
+- rejected (session 52, H100, 2 rounds): consumer 1 issuing dV_1 as soon as P^T has landed and
+  computing dS^T under it (offline no wgmma serialised, 4 B spill when causal): 0.999x-1.054x
+  the time at 4k/16k, causal or not (slower at three of four points).
 
 Details, commands and raw data: docs/perf.md.
 """

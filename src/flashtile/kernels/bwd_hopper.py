@@ -980,7 +980,7 @@ def dkdv_heads(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool) -> int:
     """The heads of the dK/dV that :func:`dkdv` writes (``one_pass``: with dQ): k's, or with
     GQA q's where they are computed per query head (:func:`expands`), each work item one query
     head's keys (``KV_SHARE``; the caller then sums each KV head's group,
-    :func:`.plans.copy_into`), in this kernel or the rows kernel (d=128's one pass)."""
+    :func:`.bwd._sum_head_groups`), in this kernel or the rows kernel (d=128's one pass)."""
     from . import bwdrows_hopper        # (imports this module)
     hq, hkv = q.shape[2], k.shape[2]
     if hq == hkv:

@@ -27,11 +27,14 @@ Schedule, per query tile j and consumer ``HALF`` (:func:`_tile`):
 
 1. ``S = Q_j K^T`` and ``dP = dO_j V^T`` (M = 64 queries, N = 64 keys, K = d; both operands in
    shared memory), issued one tile ahead (step 6);
-2. ``P = exp2(S * qk_scale - LSE * log2e)`` (causal: key <= query), ``dS = P (dP - D)``;
-3. P and dS (fp16/bf16) into ``p_smem[HALF]``, ``ds_smem[HALF]`` once both consumers' dQ
-   products of tile j-1 have released the dS tiles (``ds_free``); fenced, announced on ``ds_ready``;
-4. ``dV += P^T dO_j``, ``dK += dS^T Q_j`` (M = 64 keys, N = d; A: the transposed view of the P /
-   dS tile, B: the ring slot's dO / Q);
+2. ``P = exp2(S * qk_scale - LSE * log2e)`` (causal: key <= query) into ``p_smem[HALF]``
+   (its one reader, this consumer's dV of tile j-1, is done); ``dV += P^T dO_j`` issued (M = 64
+   keys, N = d; A: the P tile's transposed view, B: the ring slot's dO);
+3. under dV: ``dS = P (dP - D)``, P read back from ``p_smem[HALF]`` (from registers, ptxas
+   hoists the arithmetic above the barrier and dV's issue), into ``ds_smem[HALF]`` once both
+   consumers' dQ products of tile j-1 have released the dS tiles (``ds_free``); fenced,
+   announced on ``ds_ready``; LSE and D rows of tile j are loaded during tile j-1;
+4. ``dK += dS^T Q_j`` (A: the dS tile's transposed view, B: the ring slot's Q);
 5. once both dS halves are in, its dQ columns ``part`` = ``[64 HALF, 64 HALF + 64)``:
    ``dQ_j[:, part] = dS_0 K_0[:, part] + dS_1 K_1[:, part]`` (M = 64 queries, K = 2 x 64 keys,
    two chained wgmma), out through ``dq_smem[HALF]`` as a TMA reduce-add
@@ -85,6 +88,13 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
 - unmasked items rotated (``ROTATE``, :func:`.bwd_hopper.rotates`: each starts at its own query
   tile, so that a head's items running at once add dQ into different accumulator tiles):
   -0.5% to -5.6% at 1k-16k (session 44, H100, two calls), the default;
+- dS computed under dV (steps 2-3, session 51 offline, session 52 timed): dS from P in
+  registers was hoisted by ptxas above the barrier and dV's issue (no overlap); from P read
+  back from its shared tile the FMULs interleave with dV's HGMMA (0 B, 9 waits for 132 HGMMA,
+  loop 675 instructions against 565); dV and dK left in flight across the back edge instead:
+  144 B of spills and every wgmma serialised (C7514). On the H100 (session 52, fwd+bwd kernel
+  sums, 2 rounds) 0.960x-1.000x of the previous order at 512-16k, bf16 and fp16, causal or not
+  (MHA), 0.954x-0.999x with GQA 8:1: the default;
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -121,77 +131,28 @@ def _tile_layout(rows, cols, dtype):
 
 
 @gluon.jit
-def _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL: gl.constexpr,
-            dtype: gl.constexpr):
-    """P and dS of one tile (queries as rows) in ``dtype``, from S and dP ``(queries,
-    keys)`` fp32 and the tile's rows LSE (log2 domain) and D. (Causal: every tile is masked;
-    masking only the tiles that reach the diagonal measured 0-4% slower, session 23.)"""
-    p = gl.exp2(s * qk_scale - lse2[:, None])
-    if CAUSAL:                                   # key j is seen by query i iff j <= i
-        p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
-    ds = p * (dp - d_row[:, None])
-    return p.to(dtype), ds.to(dtype)
-
-
-@gluon.jit
-def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
-          dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
-          s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale,
-          sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, LAST: gl.constexpr):
-    """Tile t of the work item (the program's tile r, counted across its items: the ring's
-    slot and the barriers' phases) for consumer ``HALF``, from its S and dP in flight (steps
-    2-6 of the module docstring): wait for them, P and dS, issue dV, dK and dQ; then (not
-    ``LAST``) S of tile t+1 before the wait for dV, dK and dQ (one group stays in flight), and
-    dP of tile t+1 once the dQ part is staged in shared memory, before the dQ reduction.
-    Returns dK, dV and tile t+1's S, dP (in flight; ``LAST``: tile t's, spent)."""
-    row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
-    dtype: gl.constexpr = q_smem.dtype
-    slot = r % NUM_STAGES
-    # The shared tiles' wgmma descriptors are loop invariants: hoisted, the 40 of them (K, V,
-    # P, dS, K's dQ columns; 64 bits each) overflow the uniform registers and spill. Indexed
-    # by an opaque zero of the loops (r < 2^30), they are made per tile.
-    z = r >> 30
-    k_cur = k_smem.index(HALF + z)
-    v_cur = v_smem.index(HALF + z)
-    p_buf = p_smem.index(HALF + z)
-    ds_buf = ds_smem.index(HALF + z)
-    q_tile = q_smem.index(slot)
-    do_tile = do_smem.index(slot)
-    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t, i0,
-                             n_i, BLOCK_M, row_layout)
-    q_pos = _query_pos(t, i0, n_i, BLOCK_M, row_layout)
-    s, dp = warpgroup_mma_wait(0, deps=(s, dp))
-    p, ds = _scores(s, dp, keys, q_pos, lse2, d_row, qk_scale, CAUSAL, dtype)
-    # P and dS into the shared tiles, once both consumers' dQ products of tile t-1 have read
-    # the dS tiles (this one's own dV and dK of t-1, the P tile's reader, are done)
-    mbarrier.wait(ds_free, (r & 1) ^ 1)
-    p_buf.store(p)
-    ds_buf.store(ds)
-    fence_async_shared()
-    gl.thread_barrier()             # (every thread's part stored before the one arrival)
-    mbarrier.arrive(ds_ready, count=1)
-    dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
-    dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
-    mbarrier.wait(ds_ready, r & 1)                  # (the other consumer's dS half)
+def _issue_dq(r, z, k_smem, ds_smem, ds_ready, dq_zero, HALF: gl.constexpr,
+              HEAD_D: gl.constexpr):
+    """Once the other consumer's dS half of the program's tile r is in, issue this
+    consumer's dQ part: ``dS_0 K_0[:, part] + dS_1 K_1[:, part]``, ``part`` its half of the
+    head dim (two chained wgmma; ``z``: the tile's opaque zero, see :func:`_tile`)."""
+    mbarrier.wait(ds_ready, r & 1)
     # (this consumer's dQ columns of both K tiles: the B operands of dQ = dS K)
     k0_part = k_smem.index(z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
     k1_part = k_smem.index(1 + z).slice(HALF * (HEAD_D // 2), HEAD_D // 2, dim=1)
     dq = warpgroup_mma(ds_smem.index(z), k0_part, dq_zero, use_acc=False, is_async=True)
-    dq = warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
-    next_slot = (r + 1) % NUM_STAGES
-    if LAST:
-        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
-    else:
-        # S of tile t+1 into the tensor pipe behind this tile's products (dP too would spill:
-        # module docstring)
-        mbarrier.wait(ready.index(next_slot), ((r + 1) // NUM_STAGES) & 1)
-        s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
-                          use_acc=False, is_async=True)
-        dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
-    # the dQ part (64 queries x this consumer's half of d, complete) out as ``sm_scale * dQ``
-    # through its shared tile, once the previous tile's reduction has read it, with dP of
-    # t+1 issued before the reduction (into the registers the dQ part leaves)
+    return warpgroup_mma(ds_smem.index(1 + z), k1_part, dq, is_async=True)
+
+
+@gluon.jit
+def _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty, ds_free,
+            i0, n_i, q_row0, q_col0, sm_scale, HALF: gl.constexpr, BLOCK_M: gl.constexpr,
+            HEAD_D: gl.constexpr, LAST: gl.constexpr):
+    """A tile's end, this consumer's dV, dK and dQ products done: the dQ part (64 queries x
+    this consumer's half of d, complete) out as ``sm_scale * dQ`` through its shared tile,
+    once the previous tile's reduction has read it; the slot and the dS tiles handed back;
+    dP of tile t+1 (not ``LAST``; from slot ``next_slot``) issued before the reduction, into
+    the registers the dQ part leaves. Returns dP (``LAST``: ``dp`` as given)."""
     row = q_row0 + item_query_tile(t, i0, n_i) * BLOCK_M
     col = q_col0 + (t // n_i) * HEAD_D + HALF * (HEAD_D // 2)
     tma.store_wait(0)
@@ -205,7 +166,74 @@ def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem,
         dp = warpgroup_mma(do_smem.index(next_slot), v_cur.permute((1, 0)), s_zero,
                            use_acc=False, is_async=True)
     _tma_reduce_add(dq_desc, [row, col], dq_buf)
-    return dk, dv, s, dp
+    return dp
+
+
+@gluon.jit
+def _tile(r, t, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+          dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
+          s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
+          lse2, d_row, HALF: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+          NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, LAST: gl.constexpr):
+    """Tile t of the work item (the program's tile r, counted across its items: the ring's
+    slot and the barriers' phases) for consumer ``HALF``, from its S and dP in flight (steps
+    2-6 of the module docstring): wait for them; P stored and dV issued, then dS computed
+    under dV (P's tile is read by this consumer's dV alone: no hand-over), stored and handed
+    over; dK and dQ issued; then (not ``LAST``) S of tile t+1 before the wait for dV, dK and
+    dQ (one group stays in flight), and dP of tile t+1 once the dQ part is staged in shared
+    memory, before the dQ reduction. The tile's LSE and D rows come in as ``lse2``,
+    ``d_row``, loaded during the tile before (the compiler otherwise sinks D's load to its
+    first use, just after dV's issue). Returns dK, dV, tile t+1's S, dP (in flight;
+    ``LAST``: tile t's, spent) and tile t+1's rows (``LAST``: tile t's)."""
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_zero.type.layout)
+    dtype: gl.constexpr = q_smem.dtype
+    slot = r % NUM_STAGES
+    # The shared tiles' wgmma descriptors are loop invariants: hoisted, the 40 of them (K, V,
+    # P, dS, K's dQ columns; 64 bits each) overflow the uniform registers and spill. Indexed
+    # by an opaque zero of the loops (r < 2^30), they are made per tile.
+    z = r >> 30
+    k_cur = k_smem.index(HALF + z)
+    v_cur = v_smem.index(HALF + z)
+    p_buf = p_smem.index(HALF + z)
+    ds_buf = ds_smem.index(HALF + z)
+    q_tile = q_smem.index(slot)
+    do_tile = do_smem.index(slot)
+    q_pos = _query_pos(t, i0, n_i, BLOCK_M, row_layout)
+    s, dp = warpgroup_mma_wait(0, deps=(s, dp))
+    p = gl.exp2(s * qk_scale - lse2[:, None])
+    if CAUSAL:                                   # key j is seen by query i iff j <= i
+        p = gl.where(keys[None, :] <= q_pos[:, None], p, 0.0)
+    p_buf.store(p.to(dtype))        # (its one reader, this consumer's dV of t-1, is done)
+    fence_async_shared()
+    gl.thread_barrier()
+    dv = warpgroup_mma(p_buf.permute((1, 0)), do_tile, dv, is_async=True)
+    # dS from P as stored (the product's operand anyway): a load after the barrier, which
+    # the compiler cannot hoist above dV's issue as it would the product of registers
+    p = p_buf.load(s_zero.type.layout).to(gl.float32)
+    ds = (p * (dp - d_row[:, None])).to(dtype)
+    # dS into its shared tile once both consumers' dQ products of tile t-1 have read it
+    mbarrier.wait(ds_free, (r & 1) ^ 1)
+    ds_buf.store(ds)
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(ds_ready, count=1)
+    dk = warpgroup_mma(ds_buf.permute((1, 0)), q_tile, dk, is_async=True)
+    dq = _issue_dq(r, z, k_smem, ds_smem, ds_ready, dq_zero, HALF, HEAD_D)
+    next_slot = (r + 1) % NUM_STAGES
+    if LAST:
+        dv, dk, dq = warpgroup_mma_wait(0, deps=(dv, dk, dq))
+    else:
+        # S of tile t+1 into the tensor pipe behind this tile's products (dP too would spill:
+        # module docstring)
+        mbarrier.wait(ready.index(next_slot), ((r + 1) // NUM_STAGES) & 1)
+        s = warpgroup_mma(q_smem.index(next_slot), k_cur.permute((1, 0)), s_zero,
+                          use_acc=False, is_async=True)
+        lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, t + 1,
+                                 i0, n_i, BLOCK_M, row_layout)
+        dv, dk, dq = warpgroup_mma_wait(1, deps=(dv, dk, dq))
+    dp = _dq_out(dq, dp, t, slot, next_slot, dq_desc, dq_buf, do_smem, v_cur, s_zero, empty,
+                 ds_free, i0, n_i, q_row0, q_col0, sm_scale, HALF, BLOCK_M, HEAD_D, LAST)
+    return dk, dv, s, dp, lse2, d_row
 
 
 @gluon.jit
@@ -253,7 +281,8 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
     last dQ products have read this one's K. ``SKIP_MASKED`` (one query head per KV head): the
     second consumer's tiles above its keys, the item's first, only hand over and add their dQ
     (:func:`_skipped_tile`). ``ROTATE``: an unmasked item starts at its own query tile
-    (:func:`.bwd_hopper._item`). Returns dK, dV (fp32, unscaled), the item's K/V row and
+    (:func:`.bwd_hopper._item`). The first tile's LSE and D rows are loaded here (each tile
+    loads the next one's). Returns dK, dV (fp32, unscaled), the item's K/V row and
     column and its tile count."""
     s_layout: gl.constexpr = s_zero.type.layout
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_N, HEAD_D)[1]
@@ -282,18 +311,20 @@ def _item_grads(w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds
                       use_acc=False, is_async=True)
     dp = warpgroup_mma(do_smem.index(slot), v_smem.index(HALF + z).permute((1, 0)), s_zero,
                        use_acc=False, is_async=True)
-    for u in range(SKIP, n_t - 1):
-        dk, dv, s, dp = _tile(it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                              do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
-                              LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0,
-                              n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF,
-                              BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
     last = it + n_t - 1
-    dk, dv, s, dp = _tile(last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem,
-                          do_smem, p_smem, ds_smem, dq_buf, ds_ready, ds_free, ready, empty,
-                          LSE, DSUM, stride_lse_h, stride_d_h, keys, s_zero, dq_zero, i0, n_i,
-                          q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, HALF, BLOCK_M,
-                          HEAD_D, NUM_STAGES, CAUSAL, True)
+    lse2, d_row = _row_stats(LSE, DSUM, lse_base, d_base, stride_lse_h, stride_d_h, SKIP, i0,
+                             n_i, BLOCK_M, gl.SliceLayout(1, s_layout))
+    for u in range(SKIP, n_t - 1):
+        dk, dv, s, dp, lse2, d_row = _tile(
+            it + u, u, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+            dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
+            s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale,
+            lse2, d_row, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, False)
+    dk, dv, s, dp, lse2, d_row = _tile(
+        last, n_t - 1, s, dp, dk, dv, dq_desc, k_smem, v_smem, q_smem, do_smem, p_smem, ds_smem,
+        dq_buf, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_h, stride_d_h, keys,
+        s_zero, dq_zero, i0, n_i, q_row0, q_col0, lse_base, d_base, qk_scale, sm_scale, lse2,
+        d_row, HALF, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, True)
     # the other consumer's last dQ products have read this one's K (its own products are
     # done): the K and V tiles are free
     mbarrier.wait(ds_free, last & 1)

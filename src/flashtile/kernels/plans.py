@@ -216,16 +216,10 @@ class Plan:
 
 
 def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """A call's closing copy: ``src`` in ``dst``'s shape and dtype (a one-pass dQ's float32
-    sum), or, where ``src`` ``(b, s, h * g, d)`` holds ``g`` heads for each of ``dst``'s
-    ``(b, s, h, d)``, their sum (GQA's dK/dV computed per query head,
-    :func:`.bwd_hopper.expands`; torch sums in float32 and rounds once)."""
-    if src.numel() == dst.numel():
-        # (view_as: a torch.Size argument costs ~4 us more to parse on the development CPU)
-        dst.copy_(src.view_as(dst))
-    else:
-        b, s, h, d = dst.shape
-        torch.sum(src.view(b, s, h, src.shape[2] // h, d), dim=3, out=dst)
+    """A call's closing copy: ``src``'s elements in ``dst``'s shape and dtype (a one-pass dQ's
+    float32 sum; GQA's dK/dV added per query head into float32, :func:`.bwd_hopper.adds_dkdv`)."""
+    # (view_as: a torch.Size argument costs ~4 us more to parse on the development CPU)
+    dst.copy_(src.view_as(dst))
 
 
 class Recorder:
