@@ -26,9 +26,14 @@ def _seqlen(s: int) -> str:
     return f"{s // 1024}k" if s % 1024 == 0 else str(s)
 
 
-def table(path: Path, subject: str, base: str) -> list[str]:
-    """The markdown lines for one bench JSON."""
-    rows = json.loads(path.read_text())["results"]
+def dtypes(path: Path) -> list[str]:
+    """The dtypes a bench JSON measured, in its order (a table each)."""
+    return list(dict.fromkeys(r["dtype"] for r in json.loads(path.read_text())["results"]))
+
+
+def table(path: Path, subject: str, base: str, dtype: str) -> list[str]:
+    """The markdown lines for one dtype of one bench JSON."""
+    rows = [r for r in json.loads(path.read_text())["results"] if r["dtype"] == dtype]
     by_key = {(r["provider"], r["d"], r["causal"], r["mode"], r["s"]): r for r in rows
               if r.get("status") == "ok"}
     seqlens = sorted({r["s"] for r in rows})
@@ -123,9 +128,10 @@ def main() -> None:
         if args.lines:
             print("\n".join(point_lines(path, args.subject, args.base, args.split)))
             continue
-        print(f"{path}:\n")
-        print("\n".join(table(path, args.subject, args.base)))
-        print()
+        for dtype in dtypes(path):
+            print(f"{path}, {dtype}:\n")
+            print("\n".join(table(path, args.subject, args.base, dtype)))
+            print()
 
 
 if __name__ == "__main__":

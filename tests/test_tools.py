@@ -463,8 +463,8 @@ def test_stall_sources_reads_ncu_source_csv(tmp_path):
 
 def test_grid_table_from_bench_json(tmp_path):
     """scripts/grid_table.py: each cell the call ratio, the kernel ratio and the rounds' range
-    of the subject against the baseline, rows by head dim, mask and mode, then the count at
-    1.00x as shown and the geomeans; ``--lines``: one line a point (kernel times, ratio,
+    of the subject against the baseline, rows by head dim, mask and mode, a table per dtype,
+    then the count at 1.00x as shown and the geomeans; ``--lines``: one line a point (kernel times, ratio,
     configs, check)."""
     def row(provider, s, ms, kernel_ms, rounds):
         return dict(provider=provider, d=64, causal=True, mode="fwd", s=s, status="ok", ms=ms,
@@ -479,6 +479,13 @@ def test_grid_table_from_bench_json(tmp_path):
     assert "| 64 | causal | fwd | 0.90× (1.00×) [0.86–1.00] | 1.00× (0.96×) [1.00–1.00] |" in out
     assert "- fwd: 1 of 2 points at >= 1.00x as shown (0.995 and up) by call (1 by kernels); " \
            "geomean by call 0.949, by kernels 0.980" in out, out
+    fp16 = [dict(r, dtype="fp16", ms=r["ms"] * (2 if r["provider"] == "flashtile" else 1))
+            for r in results]                   # (a second dtype: a table of its own)
+    path.write_text(json.dumps({"meta": {}, "results": results + fp16}))
+    out = _run("grid_table.py", str(path))
+    assert out.count("| d | mask | mode |") == 2 and ", fp16:" in out, out
+    assert "| 64 | causal | fwd | 0.45× (1.00×) [0.86–1.00] | 0.50× (0.96×)" in out, out
+    assert "| 64 | causal | fwd | 0.90× (1.00×) [0.86–1.00] |" in out, out
     results[0].update(configs={"fwd": "gluon 128x64/4s window 66"}, check={"status": "ok"})
     path.write_text(json.dumps({"meta": {}, "results": results}))
     lines = _run("grid_table.py", "--lines", str(path)).splitlines()
