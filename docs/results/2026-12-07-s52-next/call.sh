@@ -1,7 +1,7 @@
 # Prepared in session 52 for the next session's first device call (~330 s):
 # 1. d=64 in the rows kernel (FLASHTILE_GLUON_BWD_ROWS=1, opt-in since session 24 at 10-18%
-#    slower than the transposed kernel; the rows kernel has since gained S/dP a tile ahead, the
-#    masked-tile skip, rotation and, in session 52, dS under dV: 0.92-0.99x its time at d=128).
+#    slower than the transposed kernel; the rows kernel has since gained the masked-tile skip,
+#    rotation and, in session 52, dS under dV: 0.92-0.99x its time at d=128).
 #    Same-run A/B, one-pass points only (d=64 causal up to 1k runs two passes either way).
 # 2. Where the d=128 causal backward waits, per SASS instruction (session 52's archive was lost):
 #    the rows kernel against cuDNN's bprop at 2k, the archive kept under $OUT.
