@@ -160,8 +160,9 @@ def _gqa_call(monkeypatch, *unset, batch=2):
 def test_rows_per_query_head_rule(monkeypatch):
     """:func:`bwd_hopper.expands` in the rows kernel: a causal GQA one pass at d=128 computes
     dK/dV per query head (``dkdv_heads`` is q's heads; unset, ``auto``, ``1``), a grid over
-    (batch, query head, key item) with ``KV_SHARE`` query heads per KV head and the masked-tile skip of MHA (an
-    item has one query head); ``0``, unmasked (unless ``1``) and MHA keep k's heads; d=64
+    (batch, query head, key item) with ``KV_SHARE`` query heads per KV head and the
+    masked-tile skip of MHA (an item has one query head); ``0``, unmasked (unless ``1``) and
+    MHA keep k's heads; d=64
     follows :mod:`.bwd_hopper`'s own rule (its opt-in rows kernel,
     ``FLASHTILE_GLUON_BWD_ROWS=1``, never); anything else is refused; the variable is a
     plan-key option. Runs on the CPU: the launches are captured, not made."""
