@@ -227,8 +227,12 @@ def inspect_gluon(args, dtype) -> int:
             add_to = ((torch.zeros(k.shape), torch.zeros(v.shape))
                       if bwd_hopper.adds_dkdv(q, k, heads, True) else None)
             out = (torch.empty_like(k),) * 2 if add_to else parts(heads)
+            # (its items claimed from a count: FLASHTILE_GLUON_BWD_DYNAMIC=1)
+            count = (torch.zeros(1, dtype=torch.int32)
+                     if bwd_hopper.claims_items(q, k, params) else None)
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, *out, params,
-                            dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=add_to)
+                            dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=add_to,
+                            count=count)
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     if args.d == 256:           # (configs of d=256 alone: not noted as skipped elsewhere)

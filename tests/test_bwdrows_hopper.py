@@ -21,14 +21,16 @@ def gluon_calls(monkeypatch):
     yield from gluon_switched_on(monkeypatch, "FLASHTILE_GLUON_BWD", bwd_hopper, "dkdv")
 
 
-def _rows_run(gluon_calls, monkeypatch, shape, causal, dtype, rows=None, persistent=None):
+def _rows_run(gluon_calls, monkeypatch, shape, causal, dtype, rows=None, persistent=None,
+              dynamic=None):
     """Gradients of one call of ``shape`` ``(b, s, hq, hkv, d)`` in one pass (dQ added by the
     dK/dV kernel) against the float64 reference (:func:`test_kernels.check`), with
-    ``FLASHTILE_GLUON_BWD_ROWS`` / ``_PERSISTENT`` set as given (None: unset); asserts one
-    dK/dV call, of the rows kernel, and no dQ kernel. Returns its launch's grid, meta and
-    label."""
+    ``FLASHTILE_GLUON_BWD_ROWS`` / ``_PERSISTENT`` / ``_DYNAMIC`` set as given (None: unset);
+    asserts one dK/dV call, of the rows kernel, and no dQ kernel. Returns its launch's grid,
+    meta and label."""
     for name, value in (("FLASHTILE_GLUON_BWD_ROWS", rows),
-                        ("FLASHTILE_GLUON_BWD_PERSISTENT", persistent)):
+                        ("FLASHTILE_GLUON_BWD_PERSISTENT", persistent),
+                        ("FLASHTILE_GLUON_BWD_DYNAMIC", dynamic)):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
@@ -141,6 +143,67 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     assert grid == (common.sm_count(torch.device("cuda")),) < (b * hkv * s // 128,)
 
 
+def test_rows_claimed_grid_rule(monkeypatch):
+    """``FLASHTILE_GLUON_BWD_DYNAMIC=1`` (:func:`bwdrows_hopper.dynamic`, opt-in): with a
+    count to claim from (:func:`bwd_hopper.claims_items`, which the backward allocates and
+    the preprocess zeroes), one program per SM, causal too, each item after its first
+    claimed at run time (``DYNAMIC``, the count among the kernel's arguments, labelled
+    " claimed"); without a count, or with fewer items than SMs, or unset / ``0``, the grid of
+    :func:`bwdrows_hopper.persistent`; anything else is refused. Runs on the CPU: the
+    launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_DYNAMIC" in common.GLUON_OPTIONS["bwd_hopper"]
+    for name in ("FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_PERSISTENT"):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    sms = common.sm_count(torch.device("cpu"))
+    q = torch.randn(2, 4096, 8, 128, dtype=torch.bfloat16)
+    n_work = 2 * 8 * 4096 // 128
+    count = torch.zeros(1, dtype=torch.int32)
+    for value, causal, with_count, seqlen, expect in (
+            ("1", True, True, 4096, sms), ("1", False, True, 4096, sms),
+            ("1", True, False, 4096, n_work), ("0", True, True, 4096, n_work),
+            (None, True, True, 4096, n_work), ("1", True, True, 512, 2 * 8 * 512 // 128)):
+        if value is None:
+            monkeypatch.delenv("FLASHTILE_GLUON_BWD_DYNAMIC", raising=False)
+        else:
+            monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", value)
+        qs = q[:, :seqlen]
+        params, _ = _flash_params(qs, qs, qs, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        assert bwd_hopper.claims_items(qs, qs, params) is (value == "1"), value
+        lse = dsum = torch.zeros(2, 8, seqlen)
+        bwd_hopper.dkdv(qs, qs, qs, qs, lse, dsum, torch.empty_like(qs), torch.empty_like(qs),
+                        params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(qs)),
+                        count=count if with_count else None)
+        ((_, kernel, grid, _, args, meta, _, _, label),) = launches
+        launches.clear()
+        assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (expect,), (value, causal)
+        claims = value == "1" and with_count and seqlen == 4096
+        assert meta["DYNAMIC"] is claims and (" claimed" in label) is claims, label
+        assert meta["PERSISTENT"] is (grid[0] < n_work * seqlen // 4096), label
+        assert (args[-1] is count) is claims
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", "yes")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_DYNAMIC must be 0, 1 or 'auto'"):
+        bwdrows_hopper.dynamic(True)
+
+
+@gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128), (3, 1024, 12, 4, 128)])
+def test_rows_claimed_grid(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_DYNAMIC=1``: one program per SM, each item after a program's
+    first claimed from the count that the preprocess zeroed (causal items of unequal
+    length; MHA, GQA 4:1, and causal GQA 3:1 per query head): all three gradients within
+    budget (outputs NaN-poisoned, the count poisoned to -1 before the preprocess), one
+    launch of the rows kernel on fewer programs than items; then a second call of the
+    same signature, which replays the first's launch plan (a new count, zeroed again):
+    within budget again."""
+    grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype,
+                                  dynamic="1")
+    b, s, hq, hkv, d = shape
+    assert meta["DYNAMIC"] and meta["PERSISTENT"] and " claimed" in label, label
+    assert grid == (common.sm_count(torch.device("cuda")),)
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+
+
 def _gqa_call(monkeypatch, *unset, batch=2):
     """The per-query-head launch tests' setting: the rows kernel's variables and ``unset``
     removed, Gluon launches captured (not made); q ``(batch, 1024, 8, 128)`` and k
@@ -230,7 +293,7 @@ def test_rows_per_query_head_added_launch(monkeypatch):
     # (the causal order's windows over the items' heads, q's, not k's: 32 pairs, not 8)
     assert meta["GROUP"] == bwd_hopper.causal_order(q, 8, 1024 // 128, grid[0]) == -32
     assert bwd_hopper.causal_order(q, 2, 1024 // 128, grid[0] // 4) == -8
-    assert args[-3] is acc[0] and args[-2] is acc[1] and args[-1] == 2 * 128, args[-3:]
+    assert args[-4] is acc[0] and args[-3] is acc[1] and args[-2] == 2 * 128, args[-4:]
     assert label.endswith(" per query head added"), label
     with pytest.raises(ValueError, match="rows kernel only"):
         bwd_hopper.dkdv(q, k, k, q, lse, dsum, torch.empty_like(k), torch.empty_like(k),

@@ -296,7 +296,8 @@ def test_preprocess_orders(shape, flat):
     variant ``scripts/preprocess_sweep.py`` times; default: queries of one head a program):
     ``D = rowsum(dO * O)`` in the LSE's ``(b, h, s)`` layout and every element of the
     NaN-poisoned fp32 dQ accumulator zeroed, with lengths that end mid-block and blocks that
-    straddle heads and queries."""
+    straddle heads and queries; and the rows kernel's count of claimed items
+    (``ZERO_COUNT``, an int32 poisoned to -1) zeroed."""
     import triton
     from flashtile.kernels import bwd
     b, s, h, d = shape
@@ -305,11 +306,13 @@ def test_preprocess_orders(shape, flat):
     do = torch.randn_like(o)
     dsum = torch.full((b, h, s), float("nan"), device=DEVICE)
     dq_acc = torch.full((b, s, h, d), float("nan"), device=DEVICE)
+    count = torch.full((1,), -1, device=DEVICE, dtype=torch.int32)
     grid = (b * triton.cdiv(s * h, block),) if flat else (b * h * triton.cdiv(s, block),)
     bwd._bwd_preprocess[grid](
         o, do, dsum, dsum, dq_acc, *o.stride()[:3], *do.stride()[:3], *dsum.stride()[:2],
-        *dq_acc.stride()[:3], h, s, d, d, BLOCK_M=block, HEAD_DV=d, HEAD_D=d, IS_VARLEN=False,
-        ZERO_DQ=True, FLAT=flat)
+        *dq_acc.stride()[:3], h, s, d, d, count, BLOCK_M=block, HEAD_DV=d, HEAD_D=d,
+        IS_VARLEN=False, ZERO_DQ=True, FLAT=flat, ZERO_COUNT=True)
     want = (o.float() * do.float()).sum(-1).transpose(1, 2)
     torch.testing.assert_close(dsum, want, rtol=1e-3, atol=1e-3)
     assert bool((dq_acc == 0).all())
+    assert count.item() == 0

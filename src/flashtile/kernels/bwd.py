@@ -95,11 +95,14 @@ def _sum_head_groups(DK_PARTS, DV_PARTS, DK, DV, n_rows, G: tl.constexpr, HEAD_D
                                "head_d"])
 def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, stride_dob,
                     stride_dos, stride_doh, stride_lse_b, stride_lse_h, stride_dqb, stride_dqs,
-                    stride_dqh, nheads, seqlen_q, head_dv, head_d, BLOCK_M: tl.constexpr,
+                    stride_dqh, nheads, seqlen_q, head_dv, head_d, COUNT, BLOCK_M: tl.constexpr,
                     HEAD_DV: tl.constexpr, HEAD_D: tl.constexpr, IS_VARLEN: tl.constexpr,
-                    ZERO_DQ: tl.constexpr, FLAT: tl.constexpr = False):
+                    ZERO_DQ: tl.constexpr, FLAT: tl.constexpr = False,
+                    ZERO_COUNT: tl.constexpr = False):
     """``D = rowsum(dO * O)`` for BLOCK_M rows; with ``ZERO_DQ`` also the same rows of the one
-    pass's fp32 dQ accumulator set to zeros (one launch less than a separate fill).
+    pass's fp32 dQ accumulator set to zeros (one launch less than a separate fill), and with
+    ``ZERO_COUNT`` the int32 at ``COUNT`` (the dK/dV kernel's claimed items,
+    :func:`.bwdrows_hopper.dynamic`) by the first program.
 
     A row is one (query, head). Without ``FLAT`` a program takes BLOCK_M queries of one (batch,
     head) (varlen: of one sequence); with ``FLAT`` (dense only) BLOCK_M consecutive rows of one
@@ -107,6 +110,9 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, 
     contiguous run of a packed ``(b, s, h, d)`` tensor instead of BLOCK_M pieces of one head
     dim each, a head's stride apart."""
     pid = tl.program_id(0)
+    if ZERO_COUNT:
+        if pid == 0:
+            tl.store(COUNT, 0)
     if FLAT:
         tl.static_assert(not IS_VARLEN)
         n_blocks = tl.cdiv(seqlen_q * nheads, BLOCK_M)
@@ -705,12 +711,16 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     dq_acc = (alloc(hopper.dq_acc_shape(q) if hopper is not None else dq4.shape,
                     torch.float32, q.device) if atomic else _dummy(q.device))
     dq_acc_strides = strides(dq_acc.view(dq4.shape), varlen) if atomic else (0, 0, 0)
+    # (the one pass's claimed items, :func:`.bwdrows_hopper.dynamic`: a count from zero)
+    count = (alloc((1,), torch.int32, q.device) if atomic and hopper is not None
+             and hopper.claims_items(q, k, params) else None)
     block_pre = 16 if interpreting() else 64
     plans.launch(record, _bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
         out, dout, dsum, lay["CU_Q"], dq_acc, *strides(out, varlen), *strides(dout, varlen),
         lay["stride_lse_b"], lay["stride_lse_h"], *dq_acc_strides, nheads, seqlen_q, head_dv,
-        head_d), dict(BLOCK_M=block_pre, HEAD_DV=HEAD_DV, HEAD_D=HEAD_D, IS_VARLEN=varlen,
-                      ZERO_DQ=atomic))
+        head_d, count if count is not None else dsum), dict(
+            BLOCK_M=block_pre, HEAD_DV=HEAD_DV, HEAD_D=HEAD_D, IS_VARLEN=varlen,
+            ZERO_DQ=atomic, ZERO_COUNT=count is not None))
 
     slopes = params.alibi_slopes
     stride_slope_b = slopes.stride(0) if slopes is not None and slopes.dim() == 2 else 0
@@ -756,7 +766,7 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
                                  alloc((*v.shape[:2], dkdv_heads, head_dv), v.dtype, v.device))
     if hopper is not None:
         hopper.dkdv(q, k, v, dout, lse, dsum, dk_out, dv_out, params, record,
-                    dq_acc if atomic else None, add_to)
+                    dq_acc if atomic else None, add_to, count)
     elif hopper256 is not None:
         hopper256.dkdv(q, k, v, dout, lse, dsum, dk4, dv4, params, record)
     else:
@@ -793,11 +803,13 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
             **common, **bias, **sparse_args(params, seqlen_k, lse, "kv"),
             **diagonal_args(params, seqlen_k, head_d)))
     if record is not None:
-        buffers = ("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ()) + tuple(parts)
+        buffers = (("dq", "dk", "dv", "dsum") + (("dq_acc",) if atomic else ()) + tuple(parts)
+                   + (("count",) if count is not None else ()))
         copies = (((("dk", "dk_part"), ("dv", "dv_part")) if add_to is not None else ())
                   + ((("dq", "dq_acc"),) if atomic else ()))
         _PLANS.put(key, record.plan({**inputs, "dq": dq4, "dk": dk4, "dv": dv4, "dsum": dsum,
-                                     "dq_acc": dq_acc, **parts}, buffers, ("dq", "dk", "dv"),
+                                     "dq_acc": dq_acc, "count": count, **parts}, buffers,
+                                    ("dq", "dk", "dv"),
                                     plans.CALL_VALUES, copies=copies))
     if need_bias_grad:
         return dq, dk, dv, sum_to_shape(dbias, params.attn_bias.shape).to(params.attn_bias.dtype)

@@ -880,6 +880,13 @@ def dq_late() -> bool:
     return bool(env_forced("FLASHTILE_GLUON_BWD_DQ_LATE"))
 
 
+def claims_items(q: torch.Tensor, k: torch.Tensor, params) -> bool:
+    """Whether this one-pass call's dK/dV kernel claims its items from a count that the
+    preprocess zeroes (the rows kernel's :func:`.bwdrows_hopper.dynamic`)."""
+    from . import bwdrows_hopper        # (imports this module)
+    return bwdrows_hopper.takes(q, k) and bwdrows_hopper.dynamic(fwd_hopper.causal(params))
+
+
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     """The one pass's float32 dQ accumulator for q ``(b, sq, hq, d)``: ``(b, sq, hq * d / 64,
     64)``, so that its TMA blocks are one consumer's dQ part (queries x 64 of the head dim);
@@ -1031,7 +1038,7 @@ def adds_dkdv(q: torch.Tensor, k: torch.Tensor, heads: int, one_pass: bool) -> b
 
 
 def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
-         add_to=None) -> None:
+         add_to=None, count=None) -> None:
     """dK and dV into ``dk``/``dv`` (typed like k/v; shaped like them, or with q's heads:
     each query head's, :func:`dkdv_heads`) from q, k, v ``(b, s, h, d)``,
     ``dout`` like q, and the float32 ``(b, hq, sq)`` rows ``lse`` (natural log) and ``dsum``
@@ -1041,12 +1048,13 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
     pass). The one pass at d=128 runs :mod:`.bwdrows_hopper`'s kernel instead (queries as
     rows, by default since session 22; ``FLASHTILE_GLUON_BWD_ROWS=0`` keeps this one,
     :func:`.bwdrows_hopper.takes`; ``add_to``: its per-query-head dK/dV added into float32
-    accumulators, :func:`adds_dkdv`)."""
+    accumulators, :func:`adds_dkdv`; ``count``: its claimed items' int32 count, zeroed,
+    :func:`claims_items`)."""
     if dq_acc is not None:
         from . import bwdrows_hopper        # (imports this module)
         if bwdrows_hopper.takes(q, k):
             return bwdrows_hopper.dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc,
-                                       add_to)
+                                       add_to, count)
     if add_to is not None:
         raise ValueError("dK/dV added per query head (add_to) run in the rows kernel only "
                          "(adds_dkdv)")

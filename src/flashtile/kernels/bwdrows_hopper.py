@@ -112,8 +112,8 @@ from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
 from .bwd_hopper import (_item, _kv_column, _load_kv, _load_q_do, _query_pos, _row_stats,
-                         _tma_reduce_add, item_query_tile)
-from .common import env_forced
+                         _tma_reduce_add, item_query_tile, load_q_do_tile)
+from .common import env_forced, sm_count
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
 _CONFIGS = {128: (64, 64, 2, 240), 64: (64, 64, 2, 240)}
@@ -318,17 +318,19 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free, ready, empty,
                   LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
                   n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                  DK_ACC, DV_ACC, acc_stride,
+                  DK_ACC, DV_ACC, acc_stride, claims, claimed, claim_free,
                   HALF: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                   HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   GROUP: gl.constexpr, PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr,
-                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr):
+                  ROTATE: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr,
+                  DYNAMIC: gl.constexpr):
     """Consumer partition (one warpgroup): dK and dV of the keys' half ``HALF`` and the dQ
     columns' half ``HALF`` of every query tile of its program's work item
     (:func:`_item_grads`); dK and dV leave through the K and V tiles. ``PERSISTENT``: of the
     items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
-    staging tile and a dV tile. ``KV_SHARE`` > 1 (:func:`.bwd_hopper.expands`): the items'
+    staging tile and a dV tile; ``DYNAMIC``: of the items ``program_id`` and then those the
+    loader claims for the program (:func:`_claim`, read through ``claims``). ``KV_SHARE`` > 1 (:func:`.bwd_hopper.expands`): the items'
     heads are query heads, ``KV_SHARE`` of them reading one KV head's K and V
     (:func:`_kv_column`), and dK, dV leave at the item's own head of the per-query-head
     outputs, or with ``ADD_DKDV`` are added into the KV head's float32 accumulators
@@ -353,31 +355,37 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         step = gl.num_programs(0)
         it = 0                      # (tiles of the earlier items: ring slots, phases)
         done = 0                    # (items before this one: the K/V barriers' phase)
-        for w in range(first, n_work, step):
-            dk, dv, kv_row0, kv_col, n_t = _item_grads(
-                w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
-                dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
-                stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
-                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
-            if w + step < n_work:   # (the next item's K and V, while dK and dV leave)
-                _, next_row, next_col, _, _, _, _, _, _, _ = _item(
-                    w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0,
-                    0, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP)
-                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row,
-                         _kv_column(next_col, KV_SHARE, HEAD_D), HALF * BLOCK_N, None, None,
-                         None, None)
-            if ADD_DKDV:
-                _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0,
-                          _kv_column(kv_col, KV_SHARE, HEAD_D), sm_scale, HALF, BLOCK_N,
-                          HEAD_D)
-            else:
-                tma.store_wait(0)   # (dK's staging tile: the last dQ reduction has read it)
-                gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
-                _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale,
-                          HALF, BLOCK_N)
-            it += n_t
-            done += 1
+        if DYNAMIC:
+            # (items claimed at run time: the loader publishes each next one, :func:`_claim`)
+            w = first
+            while w < n_work:
+                dk, dv, kv_row0, kv_col, n_t = _item_grads(
+                    w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem,
+                    dq_buf, dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b,
+                    stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
+                    seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N,
+                    BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
+                w = _claimed(claims, claimed, claim_free, done)
+                _item_end(w, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc, k_smem,
+                          v_smem, kv_bar, dk_buf, dv_buf, n_work, n_ntiles, nheads_kv, group,
+                          seqlen_q, seqlen_k, sm_scale, DK_ACC, DV_ACC, acc_stride, HALF,
+                          BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, KV_SHARE, ADD_DKDV)
+                it += n_t
+                done += 1
+        else:
+            for w in range(first, n_work, step):
+                dk, dv, kv_row0, kv_col, n_t = _item_grads(
+                    w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem,
+                    dq_buf, dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b,
+                    stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
+                    seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N,
+                    BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
+                _item_end(w + step, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc,
+                          k_smem, v_smem, kv_bar, dk_buf, dv_buf, n_work, n_ntiles, nheads_kv,
+                          group, seqlen_q, seqlen_k, sm_scale, DK_ACC, DV_ACC, acc_stride,
+                          HALF, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, KV_SHARE, ADD_DKDV)
+                it += n_t
+                done += 1
     else:
         dk, dv, kv_row0, kv_col, n_t = _item_grads(
             first, 0, 0, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
@@ -391,6 +399,91 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         else:
             _dkdv_out(dk, dv, dk_desc, dv_desc, k_smem.index(HALF), v_smem.index(HALF),
                       kv_row0, kv_col, sm_scale, HALF, BLOCK_N)
+
+
+@gluon.jit
+def _item_end(w_next, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc, k_smem, v_smem,
+              kv_bar, dk_buf, dv_buf, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+              sm_scale, DK_ACC, DV_ACC, acc_stride, HALF: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr,
+              GROUP: gl.constexpr, KV_SHARE: gl.constexpr, ADD_DKDV: gl.constexpr):
+    """A persistent program's item end for consumer ``HALF``: item ``w_next``'s K and V start
+    loading (if there is one) while this item's dK and dV leave (added, or through the dQ
+    staging tile ``dk_buf`` and ``dv_buf``)."""
+    if w_next < n_work:     # (the next item's K and V, while dK and dV leave)
+        _, next_row, next_col, _, _, _, _, _, _, _ = _item(
+            w_next, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
+            BLOCK_M, HEAD_D, CAUSAL, GROUP)
+        _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, HALF, next_row,
+                 _kv_column(next_col, KV_SHARE, HEAD_D), HALF * BLOCK_N, None, None, None, None)
+    if ADD_DKDV:
+        _dkdv_add(dk, dv, DK_ACC, DV_ACC, acc_stride, kv_row0,
+                  _kv_column(kv_col, KV_SHARE, HEAD_D), sm_scale, HALF, BLOCK_N, HEAD_D)
+    else:
+        tma.store_wait(0)       # (dK's staging tile: the last dQ reduction has read it)
+        gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
+        _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale, HALF,
+                  BLOCK_N)
+
+
+@constexpr_function
+def _claim_layout():
+    """The published item numbers' shared layout (``[2, 1]`` int32, no swizzle)."""
+    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+
+
+@gluon.jit
+def _claim(COUNT, claims, claimed, claim_free, done, NUM_WARPS: gl.constexpr):
+    """The loader's claim of its program's next item after its ``done``-th (``DYNAMIC``):
+    ``num_programs + `` the count at ``COUNT`` (int32, zeroed by the preprocess) before this
+    claim's increment, so that items past the grid's first go, in order, to whichever program
+    asks first. Published in ``claims`` slot ``done % 2`` once both consumers have read the
+    one before in that slot (``claim_free``), announced on ``claimed``. Returns the item."""
+    w = gl.num_programs(0) + gl.atomic_add(COUNT, 1, sem="relaxed")
+    slot = done % 2
+    mbarrier.wait(claim_free.index(slot), ((done // 2) & 1) ^ 1)
+    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [NUM_WARPS, 1], [1, 0])
+    claims.index(slot).store(gl.full([1, 1], w, gl.int32, layout))
+    gl.thread_barrier()
+    mbarrier.arrive(claimed.index(slot), count=1)
+    return w
+
+
+@gluon.jit
+def _claimed(claims, claimed, claim_free, done):
+    """A consumer's read of its program's item after its ``done``-th, as :func:`_claim`
+    published it (a warpgroup's four warps read it, then release the slot)."""
+    slot = done % 2
+    mbarrier.wait(claimed.index(slot), (done // 2) & 1)
+    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [1, 0])
+    w = gl.max(gl.max(claims.index(slot).load(layout), axis=1), axis=0)
+    gl.thread_barrier()             # (every warp has read it before the slot goes back)
+    mbarrier.arrive(claim_free.index(slot), count=1)
+    return w
+
+
+@gluon.jit
+def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                  claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+                  ROTATE: gl.constexpr):
+    """Loader partition of the ``DYNAMIC`` grid: :func:`.bwd_hopper._load_q_do`'s ring over
+    the items that this program claims (:func:`_claim`), each claimed once the one before's
+    loads are issued, ahead of the consumers by the ring's depth."""
+    it = 0
+    done = 0
+    w = gl.program_id(0)
+    while w < n_work:
+        _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
+            BLOCK_M, HEAD_D, CAUSAL, GROUP, ROTATE)
+        for u in range(n_t):
+            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0, n_i,
+                           q_row0, q_col0, BLOCK_M, HEAD_D, NUM_STAGES)
+        it += n_t
+        w = _claim(COUNT, claims, claimed, claim_free, done, 1)
+        done += 1
 
 
 @gluon.jit
@@ -430,15 +523,16 @@ def _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scal
 def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, LSE, DSUM,
                       stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, nheads_kv, group,
                       seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale, sm_scale,
-                      DK_ACC, DV_ACC, acc_stride, BLOCK_N: gl.constexpr,
+                      DK_ACC, DV_ACC, acc_stride, COUNT, BLOCK_N: gl.constexpr,
                       BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                       NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                       PERSISTENT: gl.constexpr, SKIP_MASKED: gl.constexpr = False,
                       ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1,
-                      ADD_DKDV: gl.constexpr = False):
+                      ADD_DKDV: gl.constexpr = False, DYNAMIC: gl.constexpr = False):
     # One program per work item (n_work programs) or per SM (:func:`dkdv`), each taking items
-    # program_id, + num_programs, ...: 2 * BLOCK_N keys of one (batch, KV head).
+    # program_id, + num_programs, ... (``DYNAMIC``: program_id, then items claimed from the
+    # count at ``COUNT``): 2 * BLOCK_N keys of one (batch, KV head).
     dtype: gl.constexpr = k_desc.dtype
     k_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, HEAD_D], v_desc.layout)
@@ -458,9 +552,14 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
     ds_ready = fwd_hopper.barriers(1, 2).index(0)       # both dS halves stored
     ds_free = fwd_hopper.barriers(1, 2).index(0)        # both consumers' dQ products done
-    # (constexpr Nones: warp_specialize's argument tuples take no bare None)
-    no_desc: gl.constexpr = None
-    no_smem: gl.constexpr = None
+    if DYNAMIC:         # (the loader's claimed items, two slots: :func:`_claim`)
+        claims = gl.allocate_shared_memory(gl.int32, [2, 1, 1], _claim_layout())
+        claimed = fwd_hopper.barriers(2, 1)
+        claim_free = fwd_hopper.barriers(2, 2)
+    else:
+        claims: gl.constexpr = None
+        claimed: gl.constexpr = None
+        claim_free: gl.constexpr = None
     # (the two consumers' lists differ in HALF only, yet are spelled out: the Gluon front end
     # passes the constexprs of a concatenated tuple on as tensors)
     gl.warp_specialize([
@@ -468,21 +567,38 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                         qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 0, BLOCK_N, BLOCK_M,
-                         HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
-                         KV_SHARE, ADD_DKDV)),
+                         qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, claims, claimed,
+                         claim_free, 0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                         PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE, ADD_DKDV, DYNAMIC)),
         (_rows_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, p_smem, ds_smem, dq_smem, dv_stage, ds_ready, ds_free,
                          ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b,
                          stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                         qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, 1, BLOCK_N, BLOCK_M,
-                         HEAD_D, NUM_STAGES, CAUSAL, GROUP, PERSISTENT, SKIP_MASKED, ROTATE,
-                         KV_SHARE, ADD_DKDV)),
-        (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
-                      nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, no_desc, no_desc, no_smem, no_smem, 0,
-                      ROTATE)),
+                         qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, claims, claimed,
+                         claim_free, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                         PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE, ADD_DKDV, DYNAMIC)),
+        (_rows_load, (q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                      claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                      BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROTATE, DYNAMIC)),
     ], [4, 1], [CONSUMER_REGS, 24])
+
+
+@gluon.jit
+def _rows_load(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+               claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+               BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+               NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+               ROTATE: gl.constexpr, DYNAMIC: gl.constexpr):
+    """Loader partition: :func:`_load_claimed` (``DYNAMIC``), else
+    :func:`.bwd_hopper._load_q_do` over the program's items in a fixed turn."""
+    if DYNAMIC:
+        _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                      claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                      BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROTATE)
+    else:
+        _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
+                   group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
+                   GROUP, None, None, None, None, 0, ROTATE)
 
 
 def enabled() -> bool:
@@ -505,6 +621,16 @@ def persistent(causal: bool) -> bool:
     (call 4); the per-item build is now the kernel before the loop, up to the order of its
     item arithmetic in the PTX."""
     return not causal
+
+
+def dynamic(causal: bool) -> bool:
+    """Whether the grid is one program per SM whose items after the first are claimed at run
+    time from a count (``DYNAMIC``, :func:`_claim`): taken in the work order by whichever
+    program is free first, as the hardware hands out one program per item, but with each
+    item's K/V load and dK/dV epilogue overlapping the next item (:func:`persistent`'s
+    trade-off without its fixed turn). ``FLASHTILE_GLUON_BWD_DYNAMIC=1`` (causal, or any grid
+    that is persistent anyway); unset, ``auto`` or ``0``: off, not yet measured."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_DYNAMIC"))
 
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -535,13 +661,16 @@ def adds() -> bool:
     return bool(env_forced("FLASHTILE_GLUON_BWD_EXPAND_ADD"))
 
 
-def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) -> None:
+def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
+         count=None) -> None:
     """dK and dV into ``dk``/``dv`` and ``softmax_scale * dS K`` added into ``dq_acc``
     (float32, :func:`.bwd_hopper.dq_acc_shape`, zeros), as :func:`.bwd_hopper.dkdv`'s one
     pass (same arguments; the caller has checked :func:`takes`). ``dk``/``dv`` with q's heads
     (:func:`.bwd_hopper.expands`) take each query head's dK and dV, for the caller to sum per
     KV head; ``add_to`` (float32 ``(dk_acc, dv_acc)`` shaped like k, zeros: :func:`adds`) has each
-    query head's added there instead (``dk``/``dv`` shaped like k, then unused)."""
+    query head's added there instead (``dk``/``dv`` shaped like k, then unused). ``count``:
+    one int32 zero (the preprocess's) for the claimed items of :func:`dynamic`; without it
+    the grid is never dynamic."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     # (the items' heads: k's, or q's per query head)
@@ -554,24 +683,29 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None) 
     # (the dQ accumulator's TMA blocks: a consumer's part, half the head dim)
     tiles = ((q, (block_m, d)), (k, (block_n, d)), (v, (block_n, d)), (dout, (block_m, d)),
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
-    # (one program per SM unmasked, per item causal: :func:`persistent`)
-    n_programs = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
-                                     persistent(causal))
+    # (one program per SM unmasked, per item causal: :func:`persistent`; claimed items:
+    # :func:`dynamic`)
+    claims = count is not None and dynamic(causal)
+    n_programs = (min(n_work, sm_count(q.device)) if claims else fwd_hopper.programs(
+        n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", persistent(causal)))
     persist = n_programs < n_work
+    claims = claims and persist
     group = bwd_hopper.causal_order(q, heads, n_ntiles, n_programs) if causal else 1
     rotated = bwd_hopper.rotates(d, causal, True)
     plans.gluon_launch(
         record, _dkdv_rows_kernel, (n_programs,), tiles,
         (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1), heads,
          hq // heads, sq, sk, n_ntiles, n_work, params.softmax_scale * fwd_hopper.LOG2E,
-         params.softmax_scale, *(add_to or (lse, lse)), hkv * d),
+         params.softmax_scale, *(add_to or (lse, lse)), hkv * d,
+         count if claims else lse),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=d, NUM_STAGES=stages, CAUSAL=causal,
              CONSUMER_REGS=regs, PERSISTENT=persist, num_warps=4,
              SKIP_MASKED=bwd_hopper.skips_masked(causal, n_ntiles, hq > heads),
              GROUP=group, ROTATE=rotated, KV_SHARE=heads // hkv,
-             ADD_DKDV=add_to is not None),
+             ADD_DKDV=add_to is not None, DYNAMIC=claims),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
-        + (" persistent" if persist else "") + (f" window {-group}" if group < 0 else "")
+        + (" persistent" if persist else "") + (" claimed" if claims else "")
+        + (f" window {-group}" if group < 0 else "")
         + (" rotated" if rotated else "") + (" per query head" if heads > hkv else "")
         + (" added" if add_to is not None else ""))

@@ -117,7 +117,8 @@ GLUON_OPTIONS = {"fwd_hopper": ("FLASHTILE_GLUON_FWD_PERSISTENT",
                                 "FLASHTILE_GLUON_BWD_DQ_LATE",
                                 "FLASHTILE_GLUON_BWD_ROWS", "FLASHTILE_GLUON_BWD_SERIAL",
                                 "FLASHTILE_GLUON_BWD_SKIP_MASKED", "FLASHTILE_GLUON_BWD_ROTATE",
-                                "FLASHTILE_GLUON_BWD_EXPAND", "FLASHTILE_GLUON_BWD_EXPAND_ADD"),
+                                "FLASHTILE_GLUON_BWD_EXPAND", "FLASHTILE_GLUON_BWD_EXPAND_ADD",
+                                "FLASHTILE_GLUON_BWD_DYNAMIC"),
                  "bwd256_hopper": ("FLASHTILE_GLUON_BWD256_PERSISTENT",
                                    "FLASHTILE_GLUON_BWD256_GROUP"),
                  "dq256_hopper": ("FLASHTILE_GLUON_DQ256_GROUP",)}
@@ -216,8 +217,9 @@ def alloc(shape, dtype, device) -> torch.Tensor:
     """An output buffer; NaN-filled when ``FLASHTILE_POISON=1`` (the tests; read at import) so
     that any element a kernel forgets to write shows up as NaN instead of passing on leftover
     memory."""
-    if _POISON:
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    if _POISON:     # (integers: -1, which no count or index starts from)
+        return torch.full(shape, float("nan") if dtype.is_floating_point else -1, dtype=dtype,
+                          device=device)
     # (sizes as separate ints: ~1.6 us on the development CPU, against ~2.4 for a tuple and
     # ~3.3 for a torch.Size, which launch plans keep)
     return torch.empty(*shape, dtype=dtype, device=device) if shape else torch.empty(
