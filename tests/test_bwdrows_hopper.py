@@ -187,11 +187,11 @@ def test_rows_claimed_grid_rule(monkeypatch):
         bwdrows_hopper.dynamic(True)
 
 
-@gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128), (3, 1024, 12, 4, 128)])
+@gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128), (3, 2048, 12, 4, 128)])
 def test_rows_claimed_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_DYNAMIC=1``: one program per SM, each item after a program's
     first claimed from the count that the preprocess zeroed (causal items of unequal
-    length; MHA, GQA 4:1, and causal GQA 3:1 per query head): all three gradients within
+    length; MHA, GQA 4:1, and GQA 3:1, causal per query head): all three gradients within
     budget (outputs NaN-poisoned, the count poisoned to -1 before the preprocess), one
     launch of the rows kernel on fewer programs than items; then a second call of the
     same signature, which replays the first's launch plan (a new count, zeroed again):
