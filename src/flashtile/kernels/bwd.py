@@ -110,9 +110,6 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, 
     contiguous run of a packed ``(b, s, h, d)`` tensor instead of BLOCK_M pieces of one head
     dim each, a head's stride apart."""
     pid = tl.program_id(0)
-    if ZERO_COUNT:
-        if pid == 0:
-            tl.store(COUNT, 0)
     if FLAT:
         tl.static_assert(not IS_VARLEN)
         n_blocks = tl.cdiv(seqlen_q * nheads, BLOCK_M)
@@ -148,6 +145,9 @@ def _bwd_preprocess(O, DO, Dsum, CU_Q, DQ_ACC, stride_ob, stride_os, stride_oh, 
         tl.store(DQ_ACC + (off_b * stride_dqb + off_h * stride_dqh + rows * stride_dqs)[:, None]
                  + offs_d[None, :], tl.zeros([BLOCK_M, HEAD_D], tl.float32),
                  mask=row_ok[:, None] & (offs_d[None, :] < head_d))
+    if ZERO_COUNT:
+        if pid == 0:
+            tl.store(COUNT, 0)
 
 
 @triton.jit

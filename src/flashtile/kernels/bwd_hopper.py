@@ -884,7 +884,10 @@ def claims_items(q: torch.Tensor, k: torch.Tensor, params) -> bool:
     """Whether this one-pass call's dK/dV kernel claims its items from a count that the
     preprocess zeroes (the rows kernel's :func:`.bwdrows_hopper.dynamic`)."""
     from . import bwdrows_hopper        # (imports this module)
-    return bwdrows_hopper.takes(q, k) and bwdrows_hopper.dynamic(fwd_hopper.causal(params))
+    if not bwdrows_hopper.takes(q, k):
+        return False
+    keys = 2 * bwdrows_hopper._CONFIGS[q.shape[3]][0]
+    return bwdrows_hopper.dynamic(fwd_hopper.causal(params), k.shape[1] // keys)
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
