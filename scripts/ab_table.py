@@ -1,12 +1,15 @@
 """The table of an A/B run (``scripts/gpu_session.sh ab``): each point's time per variant and
 round, and each variant's mean over main's.
 
-    python3 scripts/ab_table.py OUT/ab [--wall]
+    python3 scripts/ab_table.py OUT/ab [--wall | --kernel NAME]
 
 ``OUT/ab`` holds one folder per run, ``<round>-<variant>`` (``main``, a branch tree's name or
 ``env-...``), each with the bench's JSON. Times are the kernels' profiler sums where the runs
 recorded them (``--kernel-times``: the host cannot stretch them), else do_bench's; ``--wall``
-always reads do_bench's. The warm-up run (folder ``warm``) is left out.
+always reads do_bench's; ``--kernel NAME`` the kernels whose names contain NAME alone (their
+per-round split: a change to one kernel is not lost in the others' noise, and a side effect
+on another shows up; session 53's preprocess did so). The warm-up run (folder ``warm``) is
+left out.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ import sys
 from pathlib import Path
 
 
-def load(folder: Path, wall: bool) -> tuple[dict, str]:
-    """{variant: {point: [µs per round, in round order]}} and the kind of time read."""
+def load(folder: Path, wall: bool, kernel: str | None = None) -> tuple[dict, str]:
+    """{variant: {point: [µs per round, in round order]}} and the kind of time read
+    (``kernel``: the split's kernels whose names contain it, summed, each of the run's
+    rounds a time)."""
     runs: dict = {}
     kind = "do_bench"
     for path in sorted(folder.glob("*/bench-*.json")):
@@ -30,11 +35,19 @@ def load(folder: Path, wall: bool) -> tuple[dict, str]:
         for row in json.loads(path.read_text())["results"]:
             if row.get("provider") != "flashtile" or row.get("ms") is None:
                 continue
-            kernel = not wall and row.get("kernel_ms") is not None
-            ms = row["kernel_ms"] if kernel else row["ms"]
-            kind = "kernel sums" if kernel else kind
             point = (row["mode"], row["d"], "causal" if row["causal"] else "full", row["s"],
                      row["dtype"])
+            if kernel is not None:
+                kind = f"kernels named *{kernel}*"
+                for split in row.get("kernel_split_rounds") or ():
+                    times = [ms for name, ms in split.items() if kernel in name]
+                    if times:
+                        runs.setdefault(variant, {}).setdefault(point, []).append(
+                            sum(times) * 1e3)
+                continue
+            kernel_sums = not wall and row.get("kernel_ms") is not None
+            ms = row["kernel_ms"] if kernel_sums else row["ms"]
+            kind = "kernel sums" if kernel_sums else kind
             runs.setdefault(variant, {}).setdefault(point, []).append(ms * 1e3)
     return runs, kind
 
@@ -43,10 +56,13 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", type=Path)
-    p.add_argument("--wall", action="store_true", help="do_bench's times even where kernel "
-                                                       "sums were recorded")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--wall", action="store_true", help="do_bench's times even where kernel "
+                                                         "sums were recorded")
+    how.add_argument("--kernel", metavar="NAME",
+                     help="only the kernels whose names contain NAME (from --kernel-times)")
     args = p.parse_args()
-    runs, kind = load(args.folder, args.wall)
+    runs, kind = load(args.folder, args.wall, args.kernel)
     if "main" not in runs:
         print(f"no main runs under {args.folder}", file=sys.stderr)
         return 1

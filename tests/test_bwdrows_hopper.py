@@ -54,16 +54,22 @@ def test_rows_layout(gluon_calls, monkeypatch, shape, causal, dtype):
     """The one pass at d=128 (``FLASHTILE_GLUON_BWD_ROWS`` unset): the rows kernel computes
     dK, dV and dQ (GQA 3:1 with several items per KV head, causal: per query head; MHA with
     one item of 128 keys and 4 query tiles per head, and one item of 2 query tiles: one tile
-    in the loop, the other peeled; causal and not; fewer items than SMs: one program each):
-    all three gradients within budget, one launch, of the rows kernel, and no dQ kernel."""
+    in the loop, the other peeled; causal and not; fewer items than SMs: one program each,
+    except the causal GQA case's 288 items per query head, which are claimed by one program
+    per SM, :func:`bwdrows_hopper.dynamic`): all three gradients within budget, one launch,
+    of the rows kernel, and no dQ kernel."""
     monkeypatch.delenv("FLASHTILE_GLUON_BWD_EXPAND", raising=False)
     grid, meta, label = _rows_run(gluon_calls, monkeypatch, shape, causal, dtype)
     b, s, hq, hkv, d = shape
     per_query_head = causal and hq > hkv                 # (bwd_hopper.expands)
-    assert label == ("gluon rows 128x64/2s +dQ" + ("" if causal else " rotated")
+    n_work = b * (hq if per_query_head else hkv) * s // 128
+    sms = common.sm_count(torch.device("cuda"))
+    claimed = causal and s // 128 >= bwdrows_hopper.DYNAMIC_FROM and n_work > sms
+    assert label == ("gluon rows 128x64/2s +dQ" + (" persistent claimed" if claimed else "")
+                     + ("" if causal else " rotated")
                      + (" per query head" if per_query_head else "")), label
-    assert meta["CAUSAL"] == causal
-    assert grid == (b * (hq if per_query_head else hkv) * s // 128,)
+    assert meta["CAUSAL"] == causal and meta["DYNAMIC"] == claimed
+    assert grid == ((sms,) if claimed else (n_work,))
 
 
 @gluon_cases_over([(3, 1024, 12, 4, 64), (4, 2048, 8, 8, 64)])
@@ -144,11 +150,13 @@ def test_rows_persistent_grid(gluon_calls, monkeypatch, shape, causal, dtype):
 
 
 def test_rows_claimed_grid_rule(monkeypatch):
-    """``FLASHTILE_GLUON_BWD_DYNAMIC=1`` (:func:`bwdrows_hopper.dynamic`, opt-in): with a
-    count to claim from (:func:`bwd_hopper.claims_items`, which the backward allocates and
-    the preprocess zeroes), one program per SM, causal too, each item after its first
-    claimed at run time (``DYNAMIC``, the count among the kernel's arguments, labelled
-    " claimed"); without a count, or with fewer items than SMs, or unset / ``0``, the grid of
+    """:func:`bwdrows_hopper.dynamic`: with a count to claim from
+    (:func:`bwd_hopper.claims_items`, which the backward allocates and the preprocess
+    zeroes), one program per SM, each item after its first claimed at run time
+    (``DYNAMIC``, the count among the kernel's arguments, labelled " claimed"): causal from
+    :data:`bwdrows_hopper.DYNAMIC_FROM` items per head (unset), and unmasked too where
+    ``FLASHTILE_GLUON_BWD_DYNAMIC=1``; without a count, with fewer items than SMs, causal
+    below that count (512 keys: 4 items per head) or ``0``, the grid of
     :func:`bwdrows_hopper.persistent`; anything else is refused. Runs on the CPU: the
     launches are captured, not made."""
     assert "FLASHTILE_GLUON_BWD_DYNAMIC" in common.GLUON_OPTIONS["bwd_hopper"]
@@ -160,17 +168,21 @@ def test_rows_claimed_grid_rule(monkeypatch):
     q = torch.randn(2, 4096, 8, 128, dtype=torch.bfloat16)
     n_work = 2 * 8 * 4096 // 128
     count = torch.zeros(1, dtype=torch.int32)
-    for value, causal, with_count, seqlen, expect in (
-            ("1", True, True, 4096, sms), ("1", False, True, 4096, sms),
-            ("1", True, False, 4096, n_work), ("0", True, True, 4096, n_work),
-            (None, True, True, 4096, n_work), ("1", True, True, 512, 2 * 8 * 512 // 128)):
+    for value, causal, with_count, seqlen, expect, claims in (
+            ("1", True, True, 4096, sms, True), ("1", False, True, 4096, sms, True),
+            ("1", True, False, 4096, n_work, False), ("0", True, True, 4096, n_work, False),
+            (None, True, True, 4096, sms, True), ("auto", True, True, 4096, sms, True),
+            (None, False, True, 4096, sms, False),
+            ("1", True, True, 512, 2 * 8 * 512 // 128, False),
+            (None, True, True, 2048, sms, True)):
         if value is None:
             monkeypatch.delenv("FLASHTILE_GLUON_BWD_DYNAMIC", raising=False)
         else:
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", value)
         qs = q[:, :seqlen]
         params, _ = _flash_params(qs, qs, qs, 0.0, None, causal, (-1, -1), 0.0, None, False)
-        assert bwd_hopper.claims_items(qs, qs, params) is (value == "1"), value
+        assert bwd_hopper.claims_items(qs, qs, params) is (
+            value == "1" or (value != "0" and causal)), (value, causal, seqlen)
         lse = dsum = torch.zeros(2, 8, seqlen)
         bwd_hopper.dkdv(qs, qs, qs, qs, lse, dsum, torch.empty_like(qs), torch.empty_like(qs),
                         params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(qs)),
@@ -178,13 +190,17 @@ def test_rows_claimed_grid_rule(monkeypatch):
         ((_, kernel, grid, _, args, meta, _, _, label),) = launches
         launches.clear()
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (expect,), (value, causal)
-        claims = value == "1" and with_count and seqlen == 4096
         assert meta["DYNAMIC"] is claims and (" claimed" in label) is claims, label
         assert meta["PERSISTENT"] is (grid[0] < n_work * seqlen // 4096), label
         assert (args[-1] is count) is claims
+    monkeypatch.delenv("FLASHTILE_GLUON_BWD_DYNAMIC", raising=False)
+    assert not bwdrows_hopper.dynamic(True, bwdrows_hopper.DYNAMIC_FROM - 1)
+    assert bwdrows_hopper.dynamic(True, bwdrows_hopper.DYNAMIC_FROM)
+    assert not bwdrows_hopper.dynamic(False, 64)
+    assert not bwdrows_hopper.dynamic(True, 64, 64)      # (d=64's opt-in: unmeasured)
     monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", "yes")
     with pytest.raises(ValueError, match="FLASHTILE_GLUON_BWD_DYNAMIC must be 0, 1 or 'auto'"):
-        bwdrows_hopper.dynamic(True)
+        bwdrows_hopper.dynamic(True, 16)
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (8, 2048, 8, 2, 128), (3, 2048, 12, 4, 128)])

@@ -145,13 +145,17 @@ def test_tile_loop_budgets(monkeypatch):
 
 
 @pytest.mark.skipif(not PTXAS.exists(), reason="triton's bundled ptxas is missing")
-@pytest.mark.parametrize("d,mask,seqlen,skip,shared,hgmma", [
-    (128, "--causal", "1024", "auto", 197_024, 132), (128, "--causal", "1024", "0", 197_024, 128),
-    (128, "--no-causal", "1024", "auto", 197_024, 128),
-    (128, "--no-causal", "4096", "auto", 229_808, 128),
-    (64, "--causal", "1024", "auto", 115_104, 100), (64, "--causal", "1024", "0", 115_104, 96),
-    (64, "--no-causal", "1024", "auto", 131_504, 96)])
-def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, skip, shared, hgmma):
+@pytest.mark.parametrize("d,mask,seqlen,skip,shared,hgmma,spill", [
+    (128, "--causal", "1024", "auto", 197_024, 132, 0),
+    (128, "--causal", "1024", "0", 197_024, 128, 0),
+    (128, "--no-causal", "1024", "auto", 197_024, 128, 0),
+    (128, "--no-causal", "4096", "auto", 229_808, 128, 0),
+    (128, "--causal", "4096", "auto", 229_920, 128, 4),
+    (64, "--causal", "1024", "auto", 115_104, 100, 0),
+    (64, "--causal", "1024", "0", 115_104, 96, 0),
+    (64, "--no-causal", "1024", "auto", 131_504, 96, 0)])
+def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, skip, shared, hgmma,
+                                         spill):
     """The one pass compiles the queries-as-rows dK/dV + dQ kernel (kernels/bwdrows_hopper.py;
     d=128's default, d=64 with ``FLASHTILE_GLUON_BWD_ROWS=1``) in place of the transposed
     one, one program per item (causal; d=128 unmasked 1k: 128 items, fewer than the H200's
@@ -159,7 +163,10 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, skip, sha
     staging tiles): no spills, no serialised wgmma (at most one wait per 4 HGMMA), its HGMMA
     count (d=128 per consumer and tile S 8, dP 8, dV 4, dK 4, dQ 2 x 4; d=64 S 4, dP 4, dV
     4, dK 4, dQ 2 x 2; doubled by the peeled last tile) and the shared memory it had
-    offline, within one H200 SM's. Causal up to 1k keys the second consumer skips its
+    offline, within one H200 SM's; causal at 4k (512 items, claimed by one program per SM:
+    :func:`.bwdrows_hopper.dynamic`, the count and its two slots 112 B more than the fixed
+    turn's 229,808) one 4-byte value spills, between the tile loops (an item's, as in the
+    fixed turn's persistent causal build). Causal up to 1k keys the second consumer skips its
     masked tiles by default (``FLASHTILE_GLUON_BWD_SKIP_MASKED``: 4 HGMMA more, the skipped
     tile's dQ products; ``0``: none). (The forward compiled beside it spills 28 B at d=128
     unmasked: item-level values outside the tile loops, since its loop runs two tiles a trip,
@@ -177,10 +184,10 @@ def test_rows_dkdv_kernel_compiles_clean(monkeypatch, d, mask, seqlen, skip, sha
     lines = {x.split(":")[0][3:]: x for x in out.splitlines() if x.startswith("== gluon")}
     assert set(lines) == {"gluon fwd (ws)", "gluon dkdv", "gluon dkdv rows", "gluon dq"}, out
     for name in ("gluon fwd (ws)", "gluon dkdv", "gluon dq"):
-        spill = int(re.search(r"(\d+) bytes spill stores", lines[name]).group(1))
-        assert spill <= (32 if fwd_spills and name == "gluon fwd (ws)" else 0), lines[name]
+        spilled = int(re.search(r"(\d+) bytes spill stores", lines[name]).group(1))
+        assert spilled <= (32 if fwd_spills and name == "gluon fwd (ws)" else 0), lines[name]
     line = lines["gluon dkdv rows"]
-    assert " 0 bytes spill stores" in line and "C75" not in line, line
+    assert f" {spill} bytes spill stores" in line and "C75" not in line, line
     assert int(re.search(r"shared (\d+) B", line).group(1)) == shared, line
     n_waits, n_hgmma = (int(x) for x in re.findall(r"\d+", out.split(line, 1)[1]
                                                    .split("wgmma waits:")[1].splitlines()[0]))
@@ -315,6 +322,24 @@ def test_ab_table_reads_kernel_sums_per_variant_and_round(tmp_path):
     assert "| fwd d=128 causal 512 bf16 | 100.0 / 100.0 | 90.0 / 80.0 | 0.850 |" in out, out
     wall = _run("ab_table.py", str(tmp_path), "--wall")
     assert "| fwd d=128 causal 512 bf16 | 200.0 / 300.0 | 250.0 / 250.0 | 1.000 |" in wall, wall
+
+
+def test_ab_table_reads_one_kernel_per_round(tmp_path):
+    """scripts/ab_table.py --kernel NAME: the kernels whose names contain NAME alone, from
+    each run's per-round split (two rounds a run here), summed where several match."""
+    def run(name, splits):
+        (tmp_path / name).mkdir()
+        row = dict(provider="flashtile", mode="fwdbwd", d=128, causal=True, s=2048,
+                   dtype="fp16", ms=1.0, kernel_ms=1.0, kernel_split_rounds=splits)
+        (tmp_path / name / "bench-1.json").write_text(json.dumps({"results": [row]}))
+    run("1-main", [{"_bwd_preprocess": 0.096, "_dkdv_rows_kernel": 0.78},
+                   {"_bwd_preprocess": 0.094, "_dkdv_rows_kernel": 0.79}])
+    run("1-env-X=1", [{"_bwd_preprocess": 0.160, "_dkdv_rows_kernel": 0.74, "x_rows_y": 0.01}])
+    out = _run("ab_table.py", str(tmp_path), "--kernel", "preprocess")
+    assert "(kernels named *preprocess*)" in out, out
+    assert "| fwdbwd d=128 causal 2048 fp16 | 96.0 / 94.0 | 160.0 | 1.684 |" in out, out
+    rows = _run("ab_table.py", str(tmp_path), "--kernel", "rows")
+    assert "| 780.0 / 790.0 | 750.0 | 0.955 |" in rows, rows
 
 
 def test_rate_table_reads_kernel_rates_per_shape_and_run(tmp_path):

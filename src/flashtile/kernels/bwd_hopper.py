@@ -887,7 +887,7 @@ def claims_items(q: torch.Tensor, k: torch.Tensor, params) -> bool:
     if not bwdrows_hopper.takes(q, k):
         return False
     keys = 2 * bwdrows_hopper._CONFIGS[q.shape[3]][0]
-    return bwdrows_hopper.dynamic(fwd_hopper.causal(params), k.shape[1] // keys)
+    return bwdrows_hopper.dynamic(fwd_hopper.causal(params), k.shape[1] // keys, q.shape[3])
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:

@@ -628,13 +628,14 @@ def persistent(causal: bool) -> bool:
 DYNAMIC_FROM = 8
 
 
-def dynamic(causal: bool, n_ntiles: int) -> bool:
+def dynamic(causal: bool, n_ntiles: int, d: int = 128) -> bool:
     """Whether the grid is one program per SM whose items after the first are claimed at run
     time from a count (``DYNAMIC``, :func:`_claim`), for ``n_ntiles`` key items per KV head:
     taken in the work order by whichever program is free first, as the hardware hands out
     one program per item, but with each item's K/V load and dK/dV epilogue overlapping the
     next item (:func:`persistent`'s gain without its fixed turn). ``FLASHTILE_GLUON_BWD_DYNAMIC``
-    ``1``/``0`` forces it; unset or ``auto``: causal from :data:`DYNAMIC_FROM` items per head.
+    ``1``/``0`` forces it; unset or ``auto``: causal from :data:`DYNAMIC_FROM` items per head
+    at head dim ``d`` = 128 (d=64's opt-in, :data:`OPT_IN`, is unmeasured with it).
     Measured on the H100 (session 53, d=128, 16k tokens, this kernel's time against one
     program per item, 2-3 alternating rounds): causal bf16 512 +4.2%, 1k -3.5% / -5.4%,
     2k -3.2% / -6.3%, 4k -1.9% / -2.0%, 8k +1.0%, 16k -3.2% / -2.9%; fp16 1k-16k -2.5% to
@@ -643,7 +644,7 @@ def dynamic(causal: bool, n_ntiles: int) -> bool:
     forced = env_forced("FLASHTILE_GLUON_BWD_DYNAMIC")
     if forced is not None:
         return forced
-    return causal and n_ntiles >= DYNAMIC_FROM
+    return causal and n_ntiles >= DYNAMIC_FROM and d not in OPT_IN
 
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -698,7 +699,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
     # (one program per SM unmasked, per item causal: :func:`persistent`; claimed items:
     # :func:`dynamic`)
-    claims = count is not None and dynamic(causal, n_ntiles)
+    claims = count is not None and dynamic(causal, n_ntiles, d)
     n_programs = (min(n_work, sm_count(q.device)) if claims else fwd_hopper.programs(
         n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", persistent(causal)))
     persist = n_programs < n_work
