@@ -56,9 +56,14 @@ fp16/bf16) and ``dv_stage`` while K and V take the next item's load.
   descriptors, hoisted as loop invariants, spilled (284 B in the tile loop, 344 B in the item loop).
 - Grid (:func:`persistent`; ``FLASHTILE_GLUON_BWD_PERSISTENT=1``/``0`` forces it): unmasked, a
   program per SM, so that an epilogue overlaps the next item's loads; causal, a program per item
-  (items of unequal length in a fixed turn leave programs idle) and no ``dv_stage``.
+  (items of unequal length in a fixed turn leave programs idle) and no ``dv_stage``; causal
+  from 1k keys (:func:`dynamic`), a program per SM whose items after the first are *claimed*:
+  the loader takes ``num_programs`` + the count at ``COUNT`` (an int32 the preprocess zeroes)
+  once the previous item's loads are issued, and publishes it in ``claims`` (two slots,
+  ``claimed``/``claim_free`` barriers) for the consumers, who read it at their item's end
+  to load its K and V (:func:`_claim`, :func:`_claimed`, :func:`_load_claimed`).
 - Shared memory: K, V 64 KB, the ring 64 KB, P, dS 32 KB, dQ staging 32 KB (197,024 B in all);
-  persistent, ``dv_stage`` 32 KB more (229,808 B).
+  persistent, ``dv_stage`` 32 KB more (229,808 B); claimed, 112 B more (229,920 B).
 - d=64: a dQ part is 64 queries x 32 columns (an N=32 wgmma whose B is a 32-column slice of a
   128-byte-swizzled K tile).
 
@@ -95,6 +100,11 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
   144 B of spills and every wgmma serialised (C7514). On the H100 (session 52, fwd+bwd kernel
   sums, 2 rounds) 0.960x-1.000x of the previous order at 512-16k, bf16 and fp16, causal or not
   (MHA), 0.954x-0.999x with GQA 8:1: the default;
+- claimed items (session 53, H100, 16k tokens, this kernel's time against a program per item,
+  2-3 alternating rounds in four calls): causal bf16 1k -3.5% / -5.4%, 2k -3.2% / -6.3%,
+  4k -1.9% / -2.0%, 8k +1.0%, 16k -3.2% / -2.9%, 512 +4.2% (so from 1k); fp16 1k-16k -2.5%
+  to -6.4%; GQA 8:1 per query head 1k -7.5%, 4k -2.1%; offline 4 B of spills between the
+  tile loops (the fixed turn's persistent causal build has the same);
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
