@@ -340,8 +340,9 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
     staging tile and a dV tile; ``DYNAMIC``: of the items ``program_id`` and then those the
-    loader claims for the program (:func:`_claim`, read through ``claims``). ``KV_SHARE`` > 1 (:func:`.bwd_hopper.expands`): the items'
-    heads are query heads, ``KV_SHARE`` of them reading one KV head's K and V
+    loader claims for the program (:func:`_claim`, read through ``claims``). ``KV_SHARE`` > 1
+    (:func:`.bwd_hopper.expands`): the items' heads are query heads, ``KV_SHARE`` of them
+    reading one KV head's K and V
     (:func:`_kv_column`), and dK, dV leave at the item's own head of the per-query-head
     outputs, or with ``ADD_DKDV`` are added into the KV head's float32 accumulators
     ``DK_ACC``/``DV_ACC`` (:func:`_dkdv_add`)."""
@@ -438,12 +439,13 @@ def _item_end(w_next, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc,
 
 @constexpr_function
 def _claim_layout():
-    """The published item numbers' shared layout (``[2, 1]`` int32, no swizzle)."""
+    """The published item numbers' shared layout (``[2, 1, 1]`` int32: a slot each, no
+    swizzle)."""
     return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
 
 
 @gluon.jit
-def _claim(COUNT, claims, claimed, claim_free, done, NUM_WARPS: gl.constexpr):
+def _claim(COUNT, claims, claimed, claim_free, done):
     """The loader's claim of its program's next item after its ``done``-th (``DYNAMIC``):
     ``num_programs + `` the count at ``COUNT`` (int32, zeroed by the preprocess) before this
     claim's increment, so that items past the grid's first go, in order, to whichever program
@@ -452,7 +454,7 @@ def _claim(COUNT, claims, claimed, claim_free, done, NUM_WARPS: gl.constexpr):
     w = gl.num_programs(0) + gl.atomic_add(COUNT, 1, sem="relaxed")
     slot = done % 2
     mbarrier.wait(claim_free.index(slot), ((done // 2) & 1) ^ 1)
-    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [NUM_WARPS, 1], [1, 0])
+    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [1, 0])  # (one warp)
     claims.index(slot).store(gl.full([1, 1], w, gl.int32, layout))
     gl.thread_barrier()
     mbarrier.arrive(claimed.index(slot), count=1)
@@ -492,7 +494,7 @@ def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims,
             load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0, n_i,
                            q_row0, q_col0, BLOCK_M, HEAD_D, NUM_STAGES)
         it += n_t
-        w = _claim(COUNT, claims, claimed, claim_free, done, 1)
+        w = _claim(COUNT, claims, claimed, claim_free, done)
         done += 1
 
 
