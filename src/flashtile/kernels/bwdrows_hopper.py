@@ -366,37 +366,25 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         step = gl.num_programs(0)
         it = 0                      # (tiles of the earlier items: ring slots, phases)
         done = 0                    # (items before this one: the K/V barriers' phase)
-        if DYNAMIC:
-            # (items claimed at run time: the loader publishes each next one, :func:`_claim`)
-            w = first
-            while w < n_work:
-                dk, dv, kv_row0, kv_col, n_t = _item_grads(
-                    w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem,
-                    dq_buf, dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b,
-                    stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
-                    seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N,
-                    BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
-                w = _claimed(claims, claimed, claim_free, done)
-                _item_end(w, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc, k_smem,
-                          v_smem, kv_bar, dk_buf, dv_buf, n_work, n_ntiles, nheads_kv, group,
-                          seqlen_q, seqlen_k, sm_scale, DK_ACC, DV_ACC, acc_stride, HALF,
-                          BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, KV_SHARE, ADD_DKDV)
-                it += n_t
-                done += 1
-        else:
-            for w in range(first, n_work, step):
-                dk, dv, kv_row0, kv_col, n_t = _item_grads(
-                    w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem,
-                    dq_buf, dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b,
-                    stride_lse_h, stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group,
-                    seqlen_q, seqlen_k, qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N,
-                    BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
-                _item_end(w + step, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc,
-                          k_smem, v_smem, kv_bar, dk_buf, dv_buf, n_work, n_ntiles, nheads_kv,
-                          group, seqlen_q, seqlen_k, sm_scale, DK_ACC, DV_ACC, acc_stride,
-                          HALF, BLOCK_N, BLOCK_M, HEAD_D, CAUSAL, GROUP, KV_SHARE, ADD_DKDV)
-                it += n_t
-                done += 1
+        w = first
+        while w < n_work:
+            dk, dv, kv_row0, kv_col, n_t = _item_grads(
+                w, it, done, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
+                dq_desc, ds_ready, ds_free, ready, empty, LSE, DSUM, stride_lse_b, stride_lse_h,
+                stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
+                NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
+            if DYNAMIC:     # (the loader publishes each next item: :func:`_claim`)
+                w_next = _claimed(claims, claimed, claim_free, done)
+            else:
+                w_next = w + step
+            _item_end(w_next, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc, k_smem,
+                      v_smem, kv_bar, dk_buf, dv_buf, n_work, n_ntiles, nheads_kv, group,
+                      seqlen_q, seqlen_k, sm_scale, DK_ACC, DV_ACC, acc_stride, HALF, BLOCK_N,
+                      BLOCK_M, HEAD_D, CAUSAL, GROUP, KV_SHARE, ADD_DKDV)
+            w = w_next
+            it += n_t
+            done += 1
     else:
         dk, dv, kv_row0, kv_col, n_t = _item_grads(
             first, 0, 0, k_smem, v_smem, kv_bar, q_smem, do_smem, p_smem, ds_smem, dq_buf,
