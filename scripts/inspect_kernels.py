@@ -215,9 +215,14 @@ def inspect_gluon(args, dtype) -> int:
     def parts(heads):       # (dK/dV per query head where FLASHTILE_GLUON_BWD_EXPAND says so)
         return tuple(torch.empty(1, args.seqlen, heads, args.d, dtype=dtype) for _ in range(2))
 
+    def count(one_pass):    # (items claimed from a count: FLASHTILE_GLUON_BWD_DYNAMIC=1)
+        return (torch.zeros(1, dtype=torch.int32)
+                if bwd_hopper.claims_items(q, k, params, one_pass) else None)
+
     if has_config(bwd_hopper, args.d):
         bwd_hopper.dkdv(q, k, v, dout, lse, dsum,
-                        *parts(bwd_hopper.dkdv_heads(q, k, params, False)), params)
+                        *parts(bwd_hopper.dkdv_heads(q, k, params, False)), params,
+                        count=count(False))
         if args.one_pass and not bwd_hopper.has_one_pass(args.d):
             print(f"(skipped the one-pass dkdv: none at d={args.d})")
         elif args.one_pass:
@@ -227,12 +232,9 @@ def inspect_gluon(args, dtype) -> int:
             add_to = ((torch.zeros(k.shape), torch.zeros(v.shape))
                       if bwd_hopper.adds_dkdv(q, k, heads, True) else None)
             out = (torch.empty_like(k),) * 2 if add_to else parts(heads)
-            # (its items claimed from a count: FLASHTILE_GLUON_BWD_DYNAMIC=1)
-            count = (torch.zeros(1, dtype=torch.int32)
-                     if bwd_hopper.claims_items(q, k, params) else None)
             bwd_hopper.dkdv(q, k, v, dout, lse, dsum, *out, params,
                             dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)), add_to=add_to,
-                            count=count)
+                            count=count(True))
     if has_config(dq_hopper, args.d):
         dq_hopper.dq(q, k, v, dout, lse, dsum, torch.empty_like(q), params)
     if args.d == 256:           # (configs of d=256 alone: not noted as skipped elsewhere)

@@ -17,7 +17,7 @@ from utils import (FLOOR, assert_d96_needs_dv96, assert_replays_match, assert_sp
 
 from flashtile import attention_reference, flash_attn_func
 from flashtile.interface import _flash_params
-from flashtile.kernels import bwd_hopper, bwdrows_hopper, dq_hopper, fwd_hopper, plans
+from flashtile.kernels import bwd_hopper, bwdrows_hopper, common, dq_hopper, fwd_hopper, plans
 
 
 @pytest.fixture
@@ -782,6 +782,67 @@ def test_rotated_launch(monkeypatch, d, causal):
     expected = [d == 128 and not causal, not causal, False]
     assert [meta["ROTATE"] for meta, _ in launches] == expected, launches
     assert [label.endswith(" rotated") for _, label in launches] == expected, launches
+
+
+def test_claimed_grid_rule(monkeypatch):
+    """:func:`bwd_hopper.claims`: ``FLASHTILE_GLUON_BWD_DYNAMIC=1`` with a count to claim from
+    (:func:`bwd_hopper.claims_items`, which the backward allocates and the preprocess zeroes):
+    d=64's causal one pass at 4k keys (512 items, one program each by default) and d=96's
+    two passes run one program per SM with K and V double-buffered, each item after a
+    program's first claimed (``DYNAMIC``, the count the kernel's last argument, labelled
+    " claimed"); unset, ``auto`` or ``0``, or without a count: the default grid. Runs on the
+    CPU: the launches are captured, not made."""
+    for name in ("FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_ROWS"):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    sms = common.sm_count(torch.device("cpu"))
+    count = torch.zeros(1, dtype=torch.int32)
+    for d, one_pass in ((64, True), (96, False)):
+        q = torch.randn(2, 4096, 8, d, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, q, q, 0.0, None, True, (-1, -1), 0.0, None, False)
+        lse = dsum = torch.zeros(2, 8, 4096)
+        n_work = 2 * 8 * 4096 // 128
+        for value, with_count, claimed in (("1", True, True), ("1", False, False),
+                                           (None, True, False), ("auto", True, False),
+                                           ("0", True, False)):
+            if value is None:
+                monkeypatch.delenv("FLASHTILE_GLUON_BWD_DYNAMIC", raising=False)
+            else:
+                monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", value)
+            assert bwd_hopper.claims_items(q, q, params, one_pass) is (value == "1")
+            bwd_hopper.dkdv(q, q, q, q, lse, dsum, torch.empty_like(q), torch.empty_like(q),
+                            params, dq_acc=(torch.zeros(bwd_hopper.dq_acc_shape(q))
+                                            if one_pass else None),
+                            count=count if with_count else None)
+            ((_, kernel, grid, _, args, meta, _, _, label),) = launches
+            launches.clear()
+            assert kernel is bwd_hopper._dkdv_hopper_kernel, (d, value)
+            assert meta["DYNAMIC"] is claimed and (" claimed" in label) is claimed, label
+            assert (args[-1] is count) is claimed, (d, value)
+            if claimed:
+                assert grid == (sms,) and meta["KV_BUFS"] == 2, (d, grid)
+            else:   # (the default: d=64 causal from 2k and d=96, one program per item)
+                assert grid == (n_work,) and meta["KV_BUFS"] == 1, (d, value, grid)
+
+
+@gluon_cases_over([(4, 2048, 8, 8, 64), (4, 2048, 16, 4, 64), (4, 2048, 8, 4, 96)])
+def test_claimed_grid(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_DYNAMIC=1`` in this kernel: one program per SM, each item after a
+    program's first claimed from the count that the preprocess zeroed (d=64 MHA, d=64 GQA 4:1
+    per query head when causal, d=96 in split tiles and two passes; causal items of unequal
+    length): all three gradients within budget (outputs NaN-poisoned, the count poisoned to
+    -1), one launch on fewer programs than items, with K and V double-buffered; then a
+    second call of the same signature, which replays the first's launch plan (a new count,
+    zeroed again): within budget again."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", "1")
+    launches = gluon_launches(monkeypatch, full=True)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    ((grid, meta, label),) = [(x[2], x[5], x[8]) for x in launches if x[7] == "dkdv"]
+    assert meta["DYNAMIC"] and meta["KV_BUFS"] == 2 and " claimed" in label, label
+    assert grid == (common.sm_count(torch.device("cuda")),)
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
 
 
 @gluon_cases_over([(4, 2048, 8, 8, 128), (4, 2048, 16, 4, 64), (1, 256, 2, 2, 128),

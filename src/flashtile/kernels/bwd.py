@@ -711,9 +711,9 @@ def backward(dout, q, k, v, out, lse, params, need_bias_grad: bool = False,
     dq_acc = (alloc(hopper.dq_acc_shape(q) if hopper is not None else dq4.shape,
                     torch.float32, q.device) if atomic else _dummy(q.device))
     dq_acc_strides = strides(dq_acc.view(dq4.shape), varlen) if atomic else (0, 0, 0)
-    # (the one pass's claimed items, :func:`.bwdrows_hopper.dynamic`: a count from zero)
-    count = (alloc((1,), torch.int32, q.device) if atomic and hopper is not None
-             and hopper.claims_items(q, k, params) else None)
+    # (the dK/dV kernel's claimed items, :func:`.bwd_hopper.claims_items`: a count from zero)
+    count = (alloc((1,), torch.int32, q.device) if hopper is not None
+             and hopper.claims_items(q, k, params, atomic) else None)
     block_pre = 16 if interpreting() else 64
     plans.launch(record, _bwd_preprocess, (cdiv(seqlen_q, block_pre) * batch * nheads,), (
         out, dout, dsum, lay["CU_Q"], dq_acc, *strides(out, varlen), *strides(dout, varlen),

@@ -105,7 +105,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import fwd_hopper, plans
-from .common import causal_window, env_forced, gluon_switch_on
+from .common import causal_window, env_forced, gluon_switch_on, sm_count
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers).
 # d = 128 takes 32 queries per tile: at 64, dK, dV, S^T and dP^T alone fill 192 of the 240
@@ -218,6 +218,102 @@ def _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
                            n_i, q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES,
                            q_desc2, do_desc2, q_smem2, do_smem2)
         it += n_t
+
+
+@constexpr_function
+def _claim_layout():
+    """The published item numbers' shared layout (``[2, 1, 1]`` int32: a slot each, no
+    swizzle)."""
+    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+
+
+@gluon.jit
+def _claim_slots():
+    """The claimed items' shared slots and barriers (:func:`_claim`): two int32 slots,
+    ``claimed`` (the loader's arrival) and ``claim_free`` (both consumers')."""
+    claims = gl.allocate_shared_memory(gl.int32, [2, 1, 1], _claim_layout())
+    return claims, fwd_hopper.barriers(2, 1), fwd_hopper.barriers(2, 2)
+
+
+@gluon.jit
+def _claim(COUNT, claims, claimed, claim_free, done):
+    """The loader's claim of the item that follows its program's ``done``-th (``DYNAMIC``):
+    ``num_programs + `` the count at ``COUNT`` (int32, zeroed by the preprocess) before this
+    claim's increment, so that items past the grid's first go, in order, to whichever program
+    asks first. Published in ``claims`` slot ``done % 2`` once both consumers have read the
+    one before in that slot (``claim_free``), announced on ``claimed``. Returns the item."""
+    w = gl.num_programs(0) + gl.atomic_add(COUNT, 1, sem="relaxed")
+    slot = done % 2
+    mbarrier.wait(claim_free.index(slot), ((done // 2) & 1) ^ 1)
+    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [1, 0])  # (one warp)
+    claims.index(slot).store(gl.full([1, 1], w, gl.int32, layout))
+    gl.thread_barrier()
+    mbarrier.arrive(claimed.index(slot), count=1)
+    return w
+
+
+@gluon.jit
+def _claimed(claims, claimed, claim_free, done):
+    """A consumer's read of the item that follows its program's ``done``-th, as :func:`_claim`
+    published it (a warpgroup's four warps read it, then release the slot)."""
+    slot = done % 2
+    mbarrier.wait(claimed.index(slot), (done // 2) & 1)
+    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [1, 0])
+    w = gl.max(gl.max(claims.index(slot).load(layout), axis=1), axis=0)
+    gl.thread_barrier()             # (every warp has read it before the slot goes back)
+    mbarrier.arrive(claim_free.index(slot), count=1)
+    return w
+
+
+@gluon.jit
+def _load_items(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+                q_desc2, do_desc2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
+                ROTATE: gl.constexpr, DYNAMIC: gl.constexpr, CLAIM_FIRST: gl.constexpr):
+    """Loader partition: :func:`_load_claimed` (``DYNAMIC``), else :func:`_load_q_do` over the
+    program's items in a fixed turn."""
+    if DYNAMIC:
+        _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                      claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                      BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, q_desc2, do_desc2,
+                      q_smem2, do_smem2, HEAD_D2, ROTATE, CLAIM_FIRST)
+    else:
+        _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
+                   group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
+                   GROUP, q_desc2, do_desc2, q_smem2, do_smem2, HEAD_D2, ROTATE)
+
+
+@gluon.jit
+def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                  claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
+                  NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
+                  q_desc2, do_desc2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
+                  ROTATE: gl.constexpr, CLAIM_FIRST: gl.constexpr):
+    """:func:`_load_q_do`'s ring over the items that this program claims (:func:`_claim`):
+    the next one claimed once this one's loads are issued (:mod:`.bwdrows_hopper`, whose
+    consumers want it at their item's end), or (``CLAIM_FIRST``) before they are (this
+    kernel's consumers load the next item's K and V from their item's first tile on)."""
+    it = 0
+    done = 0
+    w = gl.program_id(0)
+    while w < n_work:
+        if CLAIM_FIRST:
+            w_next = _claim(COUNT, claims, claimed, claim_free, done)
+        _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
+            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
+            BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP, ROTATE)
+        for u in range(n_t):
+            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0, n_i,
+                           q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,
+                           do_desc2, q_smem2, do_smem2)
+        it += n_t
+        if not CLAIM_FIRST:
+            w_next = _claim(COUNT, claims, claimed, claim_free, done)
+        w = w_next
+        done += 1
 
 
 @gluon.jit
@@ -450,7 +546,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                   KV_BUFS: gl.constexpr, k_desc2, v_desc2, dk_desc2, dv_desc2, k_smem2,
                   v_smem2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
                   SKIP_MASKED: gl.constexpr, SERIAL: gl.constexpr, ROTATE: gl.constexpr,
-                  KV_SHARE: gl.constexpr):
+                  KV_SHARE: gl.constexpr, claims, claimed, claim_free, DYNAMIC: gl.constexpr):
     """Consumer partition (one warpgroup): for each of this program's work items, dK and dV of
     its keys' half ``HALF`` (BLOCK_N keys) over the loader's (Q, dO) tiles, written by TMA.
     With ``KV_BUFS=2`` (a persistent grid), K and V alternate between two buffers
@@ -478,7 +574,9 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     tile, as GQA would need, made ptxas serialise every wgmma, C7512; this one does not.)
     ``ROTATE``: unmasked items start at their own query tile (:func:`_item`). ``KV_SHARE`` > 1
     (:func:`dkdv_heads`): the items' heads are query heads, ``KV_SHARE`` of them reading one KV
-    head's K and V (:func:`_kv_column`), dK and dV leaving at the item's own head."""
+    head's K and V (:func:`_kv_column`), dK and dV leaving at the item's own head.
+    ``DYNAMIC`` (:func:`claims`): a program's items after its first are those its loader
+    claims (:func:`_claim`, one item ahead), read through ``claims`` at each item's start."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
     a_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[2]
@@ -506,7 +604,8 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
              k_smem2, v_smem2)
     it = 0          # (Q, dO) tiles read from the ring so far
     c = 0           # work items done so far
-    for w in range(first, n_work, step):
+    w = first
+    while w < n_work:
         n0, kv_row0, kv_col, i0, n_i, n_t, q_row0, q_col0, lse_base, d_base = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, stride_lse_b,
             stride_lse_h, stride_d_b, stride_d_h, BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL,
@@ -542,13 +641,17 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
         mbarrier.wait(ready.index((it + SKIP) % NUM_STAGES), ((it + SKIP) // NUM_STAGES) & 1)
         st, dpt = _issue_st_dpt(k_cur, v_cur, q_smem, do_smem, (it + SKIP) % NUM_STAGES,
                                 s_zero, k_cur2, v_cur2, q_smem2, do_smem2)
-        if w + step < n_work:
+        if DYNAMIC:
+            w_next = _claimed(claims, claimed, claim_free, c)
+        else:
+            w_next = w + step
+        if w_next < n_work:
             # The next item's K and V load during this one, into the other buffer once the
             # previous item's dK and dV have left it. (Issued while tile 0's products run;
             # placed after the last tile's wait instead, it made ptxas serialise every wgmma.)
             tma.store_wait(0)
             _, nrow, ncol, _, _, _, _, _, _, _ = _item(
-                w + step, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
+                w_next, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0,
                 BLOCK_N, BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP)
             _load_kv(k_desc, v_desc, k_smem, v_smem, kv_bar, KV_BUFS * HALF + (c + 1) % KV_BUFS,
                      nrow, _kv_column(ncol, KV_SHARE, HEAD_D + HEAD_D2), HALF * BLOCK_N,
@@ -683,6 +786,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                                                        kv_col + HEAD_D], v_cur2)
         it += n_t
         c += 1
+        w = w_next
     tma.store_wait(0)
 
 
@@ -691,15 +795,17 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                         k_desc2, v_desc2, do_desc2, dk_desc2, dv_desc2, LSE, DSUM,
                         stride_lse_b, stride_lse_h, stride_d_b, stride_d_h,
                         nheads_kv, group, seqlen_q, seqlen_k, n_ntiles, n_work, qk_scale,
-                        sm_scale, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
+                        sm_scale, COUNT, BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr,
                         HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                         CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                         ONE_PASS: gl.constexpr, DQ_LATE: gl.constexpr,
                         KV_BUFS: gl.constexpr, HEAD_D2: gl.constexpr = 0,
                         SKIP_MASKED: gl.constexpr = False, SERIAL: gl.constexpr = False,
-                        ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1):
+                        ROTATE: gl.constexpr = False, KV_SHARE: gl.constexpr = 1,
+                        DYNAMIC: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
-    # n_work programs: one each): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
+    # n_work programs: one each; DYNAMIC: program_id, then the items its loader claims from
+    # the count at COUNT): 2 * BLOCK_N keys of one (batch, KV head) apiece. KV_BUFS:
     # K/V buffers per consumer (2 when a program has a next item to load ahead, else 1).
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read and write the second part), else the *_desc2 are None.
@@ -742,6 +848,12 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
         ds_free = fwd_hopper.barriers(1, 2).index(0)
     else:           # (stand-ins, never touched)
         ds_smem, dq_smem, ds_ready, ds_free = k_smem, k_smem, kv_bar.index(0), kv_bar.index(0)
+    if DYNAMIC:     # (the claimed items' slots, :func:`_claim`)
+        claims, claimed, claim_free = _claim_slots()
+    else:           # (constexpr Nones: warp_specialize's argument tuples take no bare None)
+        claims: gl.constexpr = None
+        claimed: gl.constexpr = None
+        claim_free: gl.constexpr = None
 
     # (the two consumers' lists differ in HALF only, yet are spelled out: the Gluon front end
     # passes the constexprs of a concatenated tuple on as tensors)
@@ -753,7 +865,7 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          0, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
                          v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE,
-                         KV_SHARE)),
+                         KV_SHARE, claims, claimed, claim_free, DYNAMIC)),
         (_dkdv_consume, (k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_bar,
                          q_smem, do_smem, ds_smem, dq_smem, ds_ready, ds_free, ready, empty,
                          LSE, DSUM, stride_lse_b, stride_lse_h, stride_d_b, stride_d_h, n_work,
@@ -761,11 +873,11 @@ def _dkdv_hopper_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_de
                          1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ONE_PASS,
                          DQ_LATE, KV_BUFS, k2_desc, v2_desc, dk2_desc, dv2_desc, k_smem2,
                          v_smem2, q_smem2, do_smem2, HEAD_D2, SKIP_MASKED, SERIAL, ROTATE,
-                         KV_SHARE)),
-        (_load_q_do, (q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles,
-                      nheads_kv, group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D,
-                      NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc, q_smem2, do_smem2,
-                      HEAD_D2, ROTATE)),
+                         KV_SHARE, claims, claimed, claim_free, DYNAMIC)),
+        (_load_items, (q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                       claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                       BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, q2_desc, do2_desc,
+                       q_smem2, do_smem2, HEAD_D2, ROTATE, DYNAMIC, True)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -880,14 +992,27 @@ def dq_late() -> bool:
     return bool(env_forced("FLASHTILE_GLUON_BWD_DQ_LATE"))
 
 
-def claims_items(q: torch.Tensor, k: torch.Tensor, params) -> bool:
-    """Whether this one-pass call's dK/dV kernel claims its items from a count that the
-    preprocess zeroes (the rows kernel's :func:`.bwdrows_hopper.dynamic`)."""
+def claims(d: int, causal: bool, n_ntiles: int) -> bool:
+    """Whether this kernel's grid is one program per SM whose items after the first are
+    claimed at run time (``DYNAMIC``, :func:`_claim`; the rows kernel's
+    :func:`.bwdrows_hopper.dynamic` for this one's layout): ``FLASHTILE_GLUON_BWD_DYNAMIC=1``
+    (for d=64's causal one pass from 2k keys, one program per item by default, whose fixed
+    turn measured 3.6% / 2.2% slower at 2k / 4k: :func:`persistent_ahead`); unset, ``auto``
+    or ``0``: never (not yet measured here). ``d``, ``causal`` and ``n_ntiles`` (key items per
+    head) are the rule's, for when it has one."""
+    return bool(env_forced("FLASHTILE_GLUON_BWD_DYNAMIC"))
+
+
+def claims_items(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool = True) -> bool:
+    """Whether this call's dK/dV kernel (``one_pass``: with dQ) claims its items from a count
+    that the preprocess zeroes: the rows kernel's :func:`.bwdrows_hopper.dynamic` where it
+    runs, else this kernel's :func:`claims`."""
     from . import bwdrows_hopper        # (imports this module)
-    if not bwdrows_hopper.takes(q, k):
-        return False
-    keys = 2 * bwdrows_hopper._CONFIGS[q.shape[3]][0]
-    return bwdrows_hopper.dynamic(fwd_hopper.causal(params), k.shape[1] // keys, q.shape[3])
+    causal = fwd_hopper.causal(params)
+    if one_pass and bwdrows_hopper.takes(q, k):
+        keys = 2 * bwdrows_hopper._CONFIGS[q.shape[3]][0]
+        return bwdrows_hopper.dynamic(causal, k.shape[1] // keys, q.shape[3])
+    return claims(q.shape[3], causal, work_tiles(q, k))
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
@@ -1051,8 +1176,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
     pass). The one pass at d=128 runs :mod:`.bwdrows_hopper`'s kernel instead (queries as
     rows, by default since session 22; ``FLASHTILE_GLUON_BWD_ROWS=0`` keeps this one,
     :func:`.bwdrows_hopper.takes`; ``add_to``: its per-query-head dK/dV added into float32
-    accumulators, :func:`adds_dkdv`; ``count``: its claimed items' int32 count, zeroed,
-    :func:`claims_items`)."""
+    accumulators, :func:`adds_dkdv`). ``count``: the claimed items' int32 count, zeroed
+    (:func:`claims_items`); without it the grid is never claimed."""
     if dq_acc is not None:
         from . import bwdrows_hopper        # (imports this module)
         if bwdrows_hopper.takes(q, k):
@@ -1086,22 +1211,27 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
                 (dv, block_n))
     tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
-    grid = fwd_hopper.programs(n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT",
-                               persistent_ahead(d, causal, n_ntiles))
+    claimed = count is not None and claims(d, causal, n_ntiles)
+    grid = (min(n_work, sm_count(q.device)) if claimed else fwd_hopper.programs(
+        n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", persistent_ahead(d, causal,
+                                                                             n_ntiles)))
+    claimed = claimed and grid < n_work
     group = causal_order(q, heads, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
         ((None,) * (13 - len(tiles))
          + (lse, dsum, lse.stride(0), lse.stride(1), dsum.stride(0), dsum.stride(1),
             heads, hq // heads, sq, sk, n_ntiles, n_work,
-            params.softmax_scale * fwd_hopper.LOG2E, params.softmax_scale)),
+            params.softmax_scale * fwd_hopper.LOG2E, params.softmax_scale,
+            count if claimed else lse)),
         dict(BLOCK_N=block_n, BLOCK_M=block_m, HEAD_D=first, HEAD_D2=second, NUM_STAGES=stages,
              CAUSAL=causal, CONSUMER_REGS=regs, num_warps=4,
              GROUP=group, ONE_PASS=dq_acc is not None,
              DQ_LATE=late, KV_BUFS=2 if grid < n_work else 1,
              SKIP_MASKED=skips_masked(causal, n_ntiles, hq > heads), SERIAL=serial_order,
-             ROTATE=rotated, KV_SHARE=heads // hkv),
+             ROTATE=rotated, KV_SHARE=heads // hkv, DYNAMIC=claimed),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
-        + (" serial" if serial_order else "") + (f" window {-group}" if group < 0 else "")
+        + (" serial" if serial_order else "") + (" claimed" if claimed else "")
+        + (f" window {-group}" if group < 0 else "")
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ")
         + (" rotated" if rotated else "") + (" per query head" if heads > hkv else ""))

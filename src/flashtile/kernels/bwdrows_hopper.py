@@ -61,7 +61,8 @@ fp16/bf16) and ``dv_stage`` while K and V take the next item's load.
   the loader takes ``num_programs`` + the count at ``COUNT`` (an int32 the preprocess zeroes)
   once the previous item's loads are issued, and publishes it in ``claims`` (two slots,
   ``claimed``/``claim_free`` barriers) for the consumers, who read it at their item's end
-  to load its K and V (:func:`_claim`, :func:`_claimed`, :func:`_load_claimed`).
+  to load its K and V (:func:`.bwd_hopper._claim`, :func:`.bwd_hopper._claimed`,
+  :func:`.bwd_hopper._load_claimed`).
 - Shared memory: K, V 64 KB, the ring 64 KB, P, dS 32 KB, dQ staging 32 KB (197,024 B in all);
   persistent, ``dv_stage`` 32 KB more (229,808 B); claimed, 112 B more (229,920 B).
 - d=64: a dQ part is 64 queries x 32 columns (an N=32 wgmma whose B is a 32-column slice of a
@@ -121,8 +122,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.runtime.jit import constexpr_function
 
 from . import bwd_hopper, fwd_hopper, plans
-from .bwd_hopper import (_item, _kv_column, _load_kv, _load_q_do, _query_pos, _row_stats,
-                         _tma_reduce_add, item_query_tile, load_q_do_tile)
+from .bwd_hopper import (_claim_slots, _claimed, _item, _kv_column, _load_items, _load_kv,
+                         _query_pos, _row_stats, _tma_reduce_add, item_query_tile)
 from .common import env_forced, sm_count
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
@@ -340,7 +341,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
     staging tile and a dV tile; ``DYNAMIC``: of the items ``program_id`` and then those the
-    loader claims for the program (:func:`_claim`, read through ``claims``). ``KV_SHARE`` > 1
+    loader claims for the program (:func:`.bwd_hopper._claim`, read through ``claims``). ``KV_SHARE`` > 1
     (:func:`.bwd_hopper.expands`): the items' heads are query heads, ``KV_SHARE`` of them
     reading one KV head's K and V
     (:func:`_kv_column`), and dK, dV leave at the item's own head of the per-query-head
@@ -374,7 +375,7 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
                 stride_d_b, stride_d_h, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                 qk_scale, sm_scale, s_zero, dq_zero, HALF, BLOCK_N, BLOCK_M, HEAD_D,
                 NUM_STAGES, CAUSAL, GROUP, SKIP_MASKED, ROTATE)
-            if DYNAMIC:     # (the loader publishes each next item: :func:`_claim`)
+            if DYNAMIC:     # (the loader publishes each next item: bwd_hopper._claim)
                 w_next = _claimed(claims, claimed, claim_free, done)
             else:
                 w_next = w + step
@@ -423,67 +424,6 @@ def _item_end(w_next, dk, dv, kv_row0, kv_col, k_desc, v_desc, dk_desc, dv_desc,
         gl.thread_barrier()     # (the wait is the issuing thread's: all others wait)
         _dkdv_out(dk, dv, dk_desc, dv_desc, dk_buf, dv_buf, kv_row0, kv_col, sm_scale, HALF,
                   BLOCK_N)
-
-
-@constexpr_function
-def _claim_layout():
-    """The published item numbers' shared layout (``[2, 1, 1]`` int32: a slot each, no
-    swizzle)."""
-    return gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-
-
-@gluon.jit
-def _claim(COUNT, claims, claimed, claim_free, done):
-    """The loader's claim of its program's next item after its ``done``-th (``DYNAMIC``):
-    ``num_programs + `` the count at ``COUNT`` (int32, zeroed by the preprocess) before this
-    claim's increment, so that items past the grid's first go, in order, to whichever program
-    asks first. Published in ``claims`` slot ``done % 2`` once both consumers have read the
-    one before in that slot (``claim_free``), announced on ``claimed``. Returns the item."""
-    w = gl.num_programs(0) + gl.atomic_add(COUNT, 1, sem="relaxed")
-    slot = done % 2
-    mbarrier.wait(claim_free.index(slot), ((done // 2) & 1) ^ 1)
-    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [1, 0])  # (one warp)
-    claims.index(slot).store(gl.full([1, 1], w, gl.int32, layout))
-    gl.thread_barrier()
-    mbarrier.arrive(claimed.index(slot), count=1)
-    return w
-
-
-@gluon.jit
-def _claimed(claims, claimed, claim_free, done):
-    """A consumer's read of its program's item after its ``done``-th, as :func:`_claim`
-    published it (a warpgroup's four warps read it, then release the slot)."""
-    slot = done % 2
-    mbarrier.wait(claimed.index(slot), (done // 2) & 1)
-    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [1, 0])
-    w = gl.max(gl.max(claims.index(slot).load(layout), axis=1), axis=0)
-    gl.thread_barrier()             # (every warp has read it before the slot goes back)
-    mbarrier.arrive(claim_free.index(slot), count=1)
-    return w
-
-
-@gluon.jit
-def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
-                  claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                  BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-                  NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-                  ROTATE: gl.constexpr):
-    """Loader partition of the ``DYNAMIC`` grid: :func:`.bwd_hopper._load_q_do`'s ring over
-    the items that this program claims (:func:`_claim`), each claimed once the one before's
-    loads are issued, ahead of the consumers by the ring's depth."""
-    it = 0
-    done = 0
-    w = gl.program_id(0)
-    while w < n_work:
-        _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
-            w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
-            BLOCK_M, HEAD_D, CAUSAL, GROUP, ROTATE)
-        for u in range(n_t):
-            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0, n_i,
-                           q_row0, q_col0, BLOCK_M, HEAD_D, NUM_STAGES)
-        it += n_t
-        w = _claim(COUNT, claims, claimed, claim_free, done)
-        done += 1
 
 
 @gluon.jit
@@ -552,14 +492,13 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
     empty = fwd_hopper.barriers(NUM_STAGES, 2)          # both consumers release a slot
     ds_ready = fwd_hopper.barriers(1, 2).index(0)       # both dS halves stored
     ds_free = fwd_hopper.barriers(1, 2).index(0)        # both consumers' dQ products done
-    if DYNAMIC:         # (the loader's claimed items, two slots: :func:`_claim`)
-        claims = gl.allocate_shared_memory(gl.int32, [2, 1, 1], _claim_layout())
-        claimed = fwd_hopper.barriers(2, 1)
-        claim_free = fwd_hopper.barriers(2, 2)
-    else:
+    if DYNAMIC:     # (the claimed items' slots, :func:`.bwd_hopper._claim`)
+        claims, claimed, claim_free = _claim_slots()
+    else:           # (constexpr Nones: warp_specialize's argument tuples take no bare None)
         claims: gl.constexpr = None
         claimed: gl.constexpr = None
         claim_free: gl.constexpr = None
+    no: gl.constexpr = None
     # (the two consumers' lists differ in HALF only, yet are spelled out: the Gluon front end
     # passes the constexprs of a concatenated tuple on as tensors)
     gl.warp_specialize([
@@ -577,28 +516,11 @@ def _dkdv_rows_kernel(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc
                          qk_scale, sm_scale, DK_ACC, DV_ACC, acc_stride, claims, claimed,
                          claim_free, 1, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
                          PERSISTENT, SKIP_MASKED, ROTATE, KV_SHARE, ADD_DKDV, DYNAMIC)),
-        (_rows_load, (q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
-                      claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                      BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROTATE, DYNAMIC)),
+        (_load_items, (q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
+                       claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
+                       BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, no, no, no, no, 0,
+                       ROTATE, DYNAMIC, False)),
     ], [4, 1], [CONSUMER_REGS, 24])
-
-
-@gluon.jit
-def _rows_load(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
-               claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-               BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
-               NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
-               ROTATE: gl.constexpr, DYNAMIC: gl.constexpr):
-    """Loader partition: :func:`_load_claimed` (``DYNAMIC``), else
-    :func:`.bwd_hopper._load_q_do` over the program's items in a fixed turn."""
-    if DYNAMIC:
-        _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
-                      claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
-                      BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, ROTATE)
-    else:
-        _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
-                   group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
-                   GROUP, None, None, None, None, 0, ROTATE)
 
 
 def enabled() -> bool:
