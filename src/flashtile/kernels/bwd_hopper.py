@@ -13,9 +13,11 @@ d=128 the one pass runs :mod:`.bwdrows_hopper` by default.
 Notation:
 
 - work item: ``2 * BLOCK_N`` keys of one (batch, KV head) (:func:`_item`); a program takes items
-  ``program_id``, ``+ num_programs``, ...; an item's (Q, dO) tiles cover every query head of its
-  KV head in turn (GQA: dK, dV summed in registers, written once), causal items from their
-  first key's query tile;
+  ``program_id``, ``+ num_programs``, ... (``DYNAMIC``, :func:`claims`, opt-in: ``program_id``,
+  then the items its loader claims from a count, one item ahead, :func:`_load_claimed`; the
+  claim helpers are shared with :mod:`.bwdrows_hopper`); an item's (Q, dO) tiles cover every
+  query head of its KV head in turn (GQA: dK, dV summed in registers, written once), causal
+  items from their first key's query tile;
 - ``BLOCK_N`` keys per consumer (64), ``BLOCK_M`` queries per tile, ``NUM_STAGES`` ring slots,
   ``CONSUMER_REGS`` (:data:`_CONFIGS`); ``HEAD_D``, ``HEAD_D2`` (:func:`.fwd_hopper.head_parts`);
   ``CAUSAL``; ``GROUP`` (:data:`SINGLE_UPTO`); ``KV_BUFS``: K/V buffers per consumer (2 in a
