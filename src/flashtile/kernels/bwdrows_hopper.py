@@ -102,10 +102,11 @@ Measured (H200, bf16, 16k tokens; backward kernel time unless noted):
   sums, 2 rounds) 0.960x-1.000x of the previous order at 512-16k, bf16 and fp16, causal or not
   (MHA), 0.954x-0.999x with GQA 8:1: the default;
 - claimed items (session 53, H100, 16k tokens, this kernel's time against a program per item,
-  2-3 alternating rounds in four calls): causal bf16 1k -3.5% / -5.4%, 2k -3.2% / -6.3%,
-  4k -1.9% / -2.0%, 8k +1.0%, 16k -3.2% / -2.9%, 512 +4.2% (so from 1k); fp16 1k-16k -2.5%
-  to -6.4%; GQA 8:1 per query head 1k -7.7%, 4k -2.1%; offline 4 B of spills between the
-  tile loops (the fixed turn's persistent causal build has the same);
+  2-3 alternating rounds, calls 1 / 2 / 4): causal bf16 1k -10.1% / -3.5% / -5.5%, 2k -8.6% /
+  -3.2% / -6.4%, 4k -4.4% / -1.9% / -2.0%, 8k +1.0% (call 2), 16k -2.2% / -3.2% / -2.9%,
+  512 +4.2% (call 2; so from 1k); fp16 1k-16k -2.5% to -6.4%; GQA 8:1 per query head 1k
+  -7.7%, 4k -2.1%; offline 4 B of spills between the tile loops (the fixed turn's persistent
+  causal build has the same);
 - rejected (session 23): dQ one tile late with double-buffered dS tiles, -0.2% to -2.8% (noise,
   +16 KB); each consumer's dQ over its own keys and all columns (no dS handshake, twice the
   reductions), +3% to +10.5%.
@@ -559,10 +560,10 @@ def dynamic(causal: bool, n_ntiles: int, d: int = 128) -> bool:
     ``1``/``0`` forces it; unset or ``auto``: causal from :data:`DYNAMIC_FROM` items per head
     at head dim ``d`` = 128 (d=64's opt-in, :data:`OPT_IN`, is unmeasured with it).
     Measured on the H100 (session 53, d=128, 16k tokens, this kernel's time against one
-    program per item, 2-3 alternating rounds): causal bf16 512 +4.2%, 1k -3.5% / -5.4%,
-    2k -3.2% / -6.3%, 4k -1.9% / -2.0%, 8k +1.0%, 16k -3.2% / -2.9%; fp16 1k-16k -2.5% to
-    -6.4%; GQA 8:1 (per query head) 1k -7.7%, 4k -2.1%; unmasked against the fixed turn
-    -4% to +2% (forward+backward kernel sums), so left to it."""
+    program per item, 2-3 alternating rounds, three calls): causal bf16 512 +4.2%, 1k -3.5%
+    to -10.1%, 2k -3.2% to -8.6%, 4k -1.9% to -4.4%, 8k +1.0%, 16k -2.2% to -3.2%; fp16
+    1k-16k -2.5% to -6.4%; GQA 8:1 (per query head) 1k -7.7%, 4k -2.1%; unmasked against the
+    fixed turn -4% to +2% (forward+backward kernel sums), so left to it."""
     forced = env_forced("FLASHTILE_GLUON_BWD_DYNAMIC")
     if forced is not None:
         return forced
