@@ -404,9 +404,10 @@ def test_per_query_head_launch(monkeypatch):
             assert label.endswith(" per query head") is (share > 1), label
             items_heads = 6 if share > 1 else 2
             n_work = bwd_hopper.work_tiles(q, k) * 2 * items_heads
-            # (the arguments end: heads, group, sq, sk, n_ntiles, n_work, two scales)
-            assert args[-8:-2] == (items_heads, 6 // items_heads, 1024, 1024,
-                                   bwd_hopper.work_tiles(q, k), n_work), args[-8:]
+            # (the arguments end: heads, group, sq, sk, n_ntiles, n_work, two scales, the
+            # claimed items' count or its stand-in)
+            assert args[-9:-3] == (items_heads, 6 // items_heads, 1024, 1024,
+                                   bwd_hopper.work_tiles(q, k), n_work), args[-9:]
             assert grid[0] <= n_work, grid
             assert meta["SKIP_MASKED"] is (share > 1 and bwd_hopper.skips_masked(
                 True, bwd_hopper.work_tiles(q, k), False))
