@@ -994,14 +994,13 @@ def dq_late() -> bool:
     return bool(env_forced("FLASHTILE_GLUON_BWD_DQ_LATE"))
 
 
-def claims(d: int, causal: bool, n_ntiles: int) -> bool:
+def claims() -> bool:
     """Whether this kernel's grid is one program per SM whose items after the first are
     claimed at run time (``DYNAMIC``, :func:`_claim`; the rows kernel's
     :func:`.bwdrows_hopper.dynamic` for this one's layout): ``FLASHTILE_GLUON_BWD_DYNAMIC=1``
     (for d=64's causal one pass from 2k keys, one program per item by default, whose fixed
     turn measured 3.6% / 2.2% slower at 2k / 4k: :func:`persistent_ahead`); unset, ``auto``
-    or ``0``: never (not yet measured here). ``d``, ``causal`` and ``n_ntiles`` (key items per
-    head) are the rule's, for when it has one."""
+    or ``0``: never (not yet measured here)."""
     return bool(env_forced("FLASHTILE_GLUON_BWD_DYNAMIC"))
 
 
@@ -1010,11 +1009,11 @@ def claims_items(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool = True
     that the preprocess zeroes: the rows kernel's :func:`.bwdrows_hopper.dynamic` where it
     runs, else this kernel's :func:`claims`."""
     from . import bwdrows_hopper        # (imports this module)
-    causal = fwd_hopper.causal(params)
     if one_pass and bwdrows_hopper.takes(q, k):
         keys = 2 * bwdrows_hopper._CONFIGS[q.shape[3]][0]
-        return bwdrows_hopper.dynamic(causal, k.shape[1] // keys, q.shape[3])
-    return claims(q.shape[3], causal, work_tiles(q, k))
+        return bwdrows_hopper.dynamic(fwd_hopper.causal(params), k.shape[1] // keys,
+                                      q.shape[3])
+    return claims()
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
@@ -1213,7 +1212,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
                 (dv, block_n))
     tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
-    claimed = count is not None and claims(d, causal, n_ntiles)
+    claimed = count is not None and claims()
     grid = (min(n_work, sm_count(q.device)) if claimed else fwd_hopper.programs(
         n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", persistent_ahead(d, causal,
                                                                              n_ntiles)))
