@@ -1,15 +1,16 @@
 """The table of an A/B run (``scripts/gpu_session.sh ab``): each point's time per variant and
 round, and each variant's mean over main's.
 
-    python3 scripts/ab_table.py OUT/ab [--wall | --kernel NAME]
+    python3 scripts/ab_table.py OUT/ab [--wall | --kernel NAME | --split]
 
 ``OUT/ab`` holds one folder per run, ``<round>-<variant>`` (``main``, a branch tree's name or
 ``env-...``), each with the bench's JSON. Times are the kernels' profiler sums where the runs
 recorded them (``--kernel-times``: the host cannot stretch them), else do_bench's; ``--wall``
 always reads do_bench's; ``--kernel NAME`` the kernels whose names contain NAME alone (their
 per-round split: a change to one kernel is not lost in the others' noise, and a side effect
-on another shows up; session 53's preprocess did so). The warm-up run (folder ``warm``) is
-left out.
+on another shows up; session 53's preprocess did so); ``--split`` each variant's ratio to
+main for every kernel of the split at once (``gpu_session.sh ab`` prints it after the sums).
+The warm-up run (folder ``warm``) is left out.
 """
 
 from __future__ import annotations
@@ -52,6 +53,45 @@ def load(folder: Path, wall: bool, kernel: str | None = None) -> tuple[dict, str
     return runs, kind
 
 
+def kernel_names(folder: Path) -> list[str]:
+    """The kernels in flashtile's per-round splits under ``folder``, in order of appearance."""
+    names: dict = {}
+    for path in sorted(folder.glob("*/bench-*.json")):
+        for row in json.loads(path.read_text())["results"]:
+            if row.get("provider") == "flashtile":
+                for split in row.get("kernel_split_rounds") or ():
+                    names.update(dict.fromkeys(split))
+    return list(names)
+
+
+def short(name: str) -> str:
+    """A kernel's name without its return type, template and argument lists."""
+    name = re.sub(r"^void ", "", name)
+    return re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1][:32]
+
+
+def print_split(folder: Path) -> None:
+    """Per variant, its mean over main's for every kernel of the split (mean µs of main in
+    brackets), a row per point; nothing where no run recorded a split."""
+    # (by short name: one kernel's instances for each dtype are one column)
+    names = list(dict.fromkeys(short(n) for n in kernel_names(folder)))
+    tables = {name: load(folder, False, name)[0] for name in names}
+    variants = [v for v in next(iter(tables.values()), {}) if v != "main"]
+    for variant in variants:
+        print(f"per kernel: {variant} / main (main's mean µs in brackets)")
+        print("| point | " + " | ".join(names) + " |")
+        print("|" + "---|" * (len(names) + 1))
+        for point in tables[names[0]].get("main", {}):
+            cells = []
+            for name in names:
+                base = tables[name].get("main", {}).get(point)
+                times = tables[name].get(variant, {}).get(point)
+                mean = (lambda ts: sum(ts) / len(ts))
+                cells.append(f"{mean(times) / mean(base):.3f} ({mean(base):.1f})"
+                             if base and times else "-")
+            print("| {} d={} {} {} {} | ".format(*point) + " | ".join(cells) + " |")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,7 +101,12 @@ def main() -> int:
                                                          "sums were recorded")
     how.add_argument("--kernel", metavar="NAME",
                      help="only the kernels whose names contain NAME (from --kernel-times)")
+    how.add_argument("--split", action="store_true",
+                     help="each variant's ratio to main per kernel of the split")
     args = p.parse_args()
+    if args.split:
+        print_split(args.folder)
+        return 0
     runs, kind = load(args.folder, args.wall, args.kernel)
     if "main" not in runs:
         print(f"no main runs under {args.folder}", file=sys.stderr)

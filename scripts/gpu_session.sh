@@ -286,6 +286,8 @@ PY
       done 2>&1 | tee "$OUT/ab.log"
       # (each point by variant and round: kernel sums where the runs had --kernel-times)
       python3 scripts/ab_table.py "$OUT/ab" 2>&1 | tee -a "$OUT/ab.log"
+      # (and each kernel of the split alone: a side effect on one kernel shows, session 53)
+      python3 scripts/ab_table.py "$OUT/ab" --split 2>&1 | tee -a "$OUT/ab.log"
       # (one archive: the device returns at most 8 files, and each run is a folder of its own)
       tar czf "$OUT/ab.tgz" -C "$OUT" ab && rm -rf "$OUT/ab" ;;
     branches) # each tree under .branches/ runs its own gpu_session.sh with BRANCH_STEPS

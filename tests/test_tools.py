@@ -326,7 +326,8 @@ def test_ab_table_reads_kernel_sums_per_variant_and_round(tmp_path):
 
 def test_ab_table_reads_one_kernel_per_round(tmp_path):
     """scripts/ab_table.py --kernel NAME: the kernels whose names contain NAME alone, from
-    each run's per-round split (two rounds a run here), summed where several match."""
+    each run's per-round split (two rounds a run here), summed where several match; --split:
+    each variant's ratio to main for every kernel of the split, one column each."""
     def run(name, splits):
         (tmp_path / name).mkdir()
         row = dict(provider="flashtile", mode="fwdbwd", d=128, causal=True, s=2048,
@@ -340,6 +341,13 @@ def test_ab_table_reads_one_kernel_per_round(tmp_path):
     assert "| fwdbwd d=128 causal 2048 fp16 | 96.0 / 94.0 | 160.0 | 1.684 |" in out, out
     rows = _run("ab_table.py", str(tmp_path), "--kernel", "rows")
     assert "| 780.0 / 790.0 | 750.0 | 0.955 |" in rows, rows
+    split = _run("ab_table.py", str(tmp_path), "--split")
+    assert "per kernel: env-X=1 / main" in split, split
+    assert "| point | _bwd_preprocess | _dkdv_rows_kernel | x_rows_y |" in split, split
+    # (each column one kernel: _dkdv_rows_kernel alone, where --kernel rows took x_rows_y
+    # in too; x_rows_y has no main runs)
+    assert ("| fwdbwd d=128 causal 2048 fp16 | 1.684 (95.0) | 0.943 (785.0) | - |"
+            in split), split
 
 
 def test_rate_table_reads_kernel_rates_per_shape_and_run(tmp_path):
