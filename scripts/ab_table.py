@@ -70,6 +70,10 @@ def short(name: str) -> str:
     return re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1][:32]
 
 
+def _mean(times: list[float]) -> float:
+    return sum(times) / len(times)
+
+
 def print_split(folder: Path) -> None:
     """Per variant, its mean over main's for every kernel of the split (mean µs of main in
     brackets), a row per point; nothing where no run recorded a split."""
@@ -86,8 +90,7 @@ def print_split(folder: Path) -> None:
             for name in names:
                 base = tables[name].get("main", {}).get(point)
                 times = tables[name].get(variant, {}).get(point)
-                mean = (lambda ts: sum(ts) / len(ts))
-                cells.append(f"{mean(times) / mean(base):.3f} ({mean(base):.1f})"
+                cells.append(f"{_mean(times) / _mean(base):.3f} ({_mean(base):.1f})"
                              if base and times else "-")
             print("| {} d={} {} {} {} | ".format(*point) + " | ".join(cells) + " |")
 
