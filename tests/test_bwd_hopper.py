@@ -786,8 +786,8 @@ def test_rotated_launch(monkeypatch, d, causal):
 
 
 def test_claimed_grid_rule(monkeypatch):
-    """:func:`bwd_hopper.claims`: ``FLASHTILE_GLUON_BWD_DYNAMIC=1`` with a count to claim from
-    (:func:`bwd_hopper.claims_items`, which the backward allocates and the preprocess zeroes):
+    """:func:`bwd_hopper.claims_items` in this kernel: ``FLASHTILE_GLUON_BWD_DYNAMIC=1`` with the
+    count it asks for (which the backward allocates and the preprocess zeroes):
     d=64's causal one pass at 4k keys (512 items, one program each by default) and d=96's
     two passes run one program per SM with K and V double-buffered, each item after a
     program's first claimed (``DYNAMIC``, the count the kernel's last argument, labelled
@@ -811,11 +811,13 @@ def test_claimed_grid_rule(monkeypatch):
                 monkeypatch.delenv("FLASHTILE_GLUON_BWD_DYNAMIC", raising=False)
             else:
                 monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", value)
-            assert bwd_hopper.claims_items(q, q, params, one_pass) is (value == "1")
+            asks = bwd_hopper.claims_items(q, q, params, one_pass)
+            assert asks is (value == "1"), (d, value)
+            # (a count where the rule asks for one, as the backward passes it)
             bwd_hopper.dkdv(q, q, q, q, lse, dsum, torch.empty_like(q), torch.empty_like(q),
                             params, dq_acc=(torch.zeros(bwd_hopper.dq_acc_shape(q))
                                             if one_pass else None),
-                            count=count if with_count else None)
+                            count=count if with_count and asks else None)
             ((_, kernel, grid, _, args, meta, _, _, label),) = launches
             launches.clear()
             assert kernel is bwd_hopper._dkdv_hopper_kernel, (d, value)

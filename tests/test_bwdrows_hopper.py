@@ -181,12 +181,13 @@ def test_rows_claimed_grid_rule(monkeypatch):
             monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", value)
         qs = q[:, :seqlen]
         params, _ = _flash_params(qs, qs, qs, 0.0, None, causal, (-1, -1), 0.0, None, False)
-        assert bwd_hopper.claims_items(qs, qs, params) is (
-            value == "1" or (value != "0" and causal)), (value, causal, seqlen)
+        asks = bwd_hopper.claims_items(qs, qs, params)
+        assert asks is (value == "1" or (value != "0" and causal)), (value, causal, seqlen)
         lse = dsum = torch.zeros(2, 8, seqlen)
+        # (a count where the rule asks for one, as the backward passes it)
         bwd_hopper.dkdv(qs, qs, qs, qs, lse, dsum, torch.empty_like(qs), torch.empty_like(qs),
                         params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(qs)),
-                        count=count if with_count else None)
+                        count=count if with_count and asks else None)
         ((_, kernel, grid, _, args, meta, _, _, label),) = launches
         launches.clear()
         assert kernel is bwdrows_hopper._dkdv_rows_kernel and grid == (expect,), (value, causal)

@@ -13,11 +13,11 @@ d=128 the one pass runs :mod:`.bwdrows_hopper` by default.
 Notation:
 
 - work item: ``2 * BLOCK_N`` keys of one (batch, KV head) (:func:`_item`); a program takes items
-  ``program_id``, ``+ num_programs``, ... (``DYNAMIC``, :func:`claims`, opt-in: ``program_id``,
-  then the items its loader claims from a count, one item ahead, :func:`_load_claimed`; the
-  claim helpers are shared with :mod:`.bwdrows_hopper`); an item's (Q, dO) tiles cover every
-  query head of its KV head in turn (GQA: dK, dV summed in registers, written once), causal
-  items from their first key's query tile;
+  ``program_id``, ``+ num_programs``, ... (``DYNAMIC``, :func:`claims_items`, opt-in:
+  ``program_id``, then the items its loader claims from a count, one item ahead,
+  :func:`_load_claimed`; the claim helpers are shared with :mod:`.bwdrows_hopper`); an item's
+  (Q, dO) tiles cover every query head of its KV head in turn (GQA: dK, dV summed in
+  registers, written once), causal items from their first key's query tile;
 - ``BLOCK_N`` keys per consumer (64), ``BLOCK_M`` queries per tile, ``NUM_STAGES`` ring slots,
   ``CONSUMER_REGS`` (:data:`_CONFIGS`); ``HEAD_D``, ``HEAD_D2`` (:func:`.fwd_hopper.head_parts`);
   ``CAUSAL``; ``GROUP`` (:data:`SINGLE_UPTO`); ``KV_BUFS``: K/V buffers per consumer (2 in a
@@ -577,7 +577,7 @@ def _dkdv_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     ``ROTATE``: unmasked items start at their own query tile (:func:`_item`). ``KV_SHARE`` > 1
     (:func:`dkdv_heads`): the items' heads are query heads, ``KV_SHARE`` of them reading one KV
     head's K and V (:func:`_kv_column`), dK and dV leaving at the item's own head.
-    ``DYNAMIC`` (:func:`claims`): a program's items after its first are those its loader
+    ``DYNAMIC`` (:func:`claims_items`): a program's items after its first are those its loader
     claims (:func:`_claim`, one item ahead), read through ``claims`` at each item's start."""
     s_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[0]
     g_layout: gl.constexpr = fwd_hopper.mma_layouts(4, BLOCK_M, HEAD_D)[1]
@@ -994,26 +994,32 @@ def dq_late() -> bool:
     return bool(env_forced("FLASHTILE_GLUON_BWD_DQ_LATE"))
 
 
-def claims() -> bool:
-    """Whether this kernel's grid is one program per SM whose items after the first are
-    claimed at run time (``DYNAMIC``, :func:`_claim`; the rows kernel's
-    :func:`.bwdrows_hopper.dynamic` for this one's layout): ``FLASHTILE_GLUON_BWD_DYNAMIC=1``
-    (for d=64's causal one pass from 2k keys, one program per item by default, whose fixed
-    turn measured 3.6% / 2.2% slower at 2k / 4k: :func:`persistent_ahead`); unset, ``auto``
-    or ``0``: never (not yet measured here)."""
-    return bool(env_forced("FLASHTILE_GLUON_BWD_DYNAMIC"))
-
-
 def claims_items(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool = True) -> bool:
-    """Whether this call's dK/dV kernel (``one_pass``: with dQ) claims its items from a count
-    that the preprocess zeroes: the rows kernel's :func:`.bwdrows_hopper.dynamic` where it
-    runs, else this kernel's :func:`claims`."""
+    """Whether this call's dK/dV kernel (``one_pass``: with dQ) is to claim its items from a
+    count that the preprocess zeroes (the caller then passes one to :func:`dkdv`): the rows
+    kernel's :func:`.bwdrows_hopper.dynamic` where it runs; in this kernel
+    ``FLASHTILE_GLUON_BWD_DYNAMIC=1`` (for d=64's causal one pass from 2k keys, one program
+    per item by default, whose fixed turn measured 3.6% / 2.2% slower at 2k / 4k:
+    :func:`persistent_ahead`), unset, ``auto`` or ``0`` never (not yet measured here)."""
     from . import bwdrows_hopper        # (imports this module)
     if one_pass and bwdrows_hopper.takes(q, k):
         keys = 2 * bwdrows_hopper._CONFIGS[q.shape[3]][0]
         return bwdrows_hopper.dynamic(fwd_hopper.causal(params), k.shape[1] // keys,
                                       q.shape[3])
-    return claims()
+    return bool(env_forced("FLASHTILE_GLUON_BWD_DYNAMIC"))
+
+
+def claimed_grid(n_work: int, device: torch.device, count, persistent: bool) -> tuple[int, bool]:
+    """(programs, claimed) of a dK/dV kernel (this one, :mod:`.bwdrows_hopper`) over ``n_work``
+    items: with a ``count`` (:func:`claims_items`) one program per SM, claiming its items
+    after the first where there are more items than SMs (``DYNAMIC``); without one, the
+    kernel's own rule (``persistent``: :func:`.fwd_hopper.programs`, which
+    ``FLASHTILE_GLUON_BWD_PERSISTENT`` overrides) in a fixed turn."""
+    if count is None:
+        return fwd_hopper.programs(n_work, device, "FLASHTILE_GLUON_BWD_PERSISTENT",
+                                   persistent), False
+    programs = min(n_work, sm_count(device))
+    return programs, programs < n_work
 
 
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
@@ -1177,8 +1183,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
     pass). The one pass at d=128 runs :mod:`.bwdrows_hopper`'s kernel instead (queries as
     rows, by default since session 22; ``FLASHTILE_GLUON_BWD_ROWS=0`` keeps this one,
     :func:`.bwdrows_hopper.takes`; ``add_to``: its per-query-head dK/dV added into float32
-    accumulators, :func:`adds_dkdv`). ``count``: the claimed items' int32 count, zeroed
-    (:func:`claims_items`); without it the grid is never claimed."""
+    accumulators, :func:`adds_dkdv`). ``count`` (an int32 zero, where :func:`claims_items`
+    says so): the items are claimed from it (:func:`claimed_grid`); without it, never."""
     if dq_acc is not None:
         from . import bwdrows_hopper        # (imports this module)
         if bwdrows_hopper.takes(q, k):
@@ -1212,11 +1218,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
                 (dv, block_n))
     tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
-    claimed = count is not None and claims()
-    grid = (min(n_work, sm_count(q.device)) if claimed else fwd_hopper.programs(
-        n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", persistent_ahead(d, causal,
-                                                                             n_ntiles)))
-    claimed = claimed and grid < n_work
+    grid, claimed = claimed_grid(n_work, q.device, count, persistent_ahead(d, causal, n_ntiles))
     group = causal_order(q, heads, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,

@@ -125,7 +125,7 @@ from triton.runtime.jit import constexpr_function
 from . import bwd_hopper, fwd_hopper, plans
 from .bwd_hopper import (_claim_slots, _claimed, _item, _kv_column, _load_items, _load_kv,
                          _query_pos, _row_stats, _tma_reduce_add, item_query_tile)
-from .common import env_forced, sm_count
+from .common import env_forced
 
 # (head dim) -> (keys per consumer, queries per tile, ring slots, consumer registers)
 _CONFIGS = {128: (64, 64, 2, 240), 64: (64, 64, 2, 240)}
@@ -342,9 +342,9 @@ def _rows_consume(k_desc, v_desc, dk_desc, dv_desc, dq_desc, k_smem, v_smem, kv_
     items ``program_id``, ``+ num_programs``, ... in turn, each one's K and V loaded as soon
     as the previous one's last readers are done, dK and dV leaving meanwhile through the dQ
     staging tile and a dV tile; ``DYNAMIC``: of the items ``program_id`` and then those the
-    loader claims for the program (:func:`.bwd_hopper._claim`, read through ``claims``). ``KV_SHARE`` > 1
-    (:func:`.bwd_hopper.expands`): the items' heads are query heads, ``KV_SHARE`` of them
-    reading one KV head's K and V
+    loader claims for the program (:func:`.bwd_hopper._claim`, read through ``claims``).
+    ``KV_SHARE`` > 1 (:func:`.bwd_hopper.expands`): the items' heads are query heads,
+    ``KV_SHARE`` of them reading one KV head's K and V
     (:func:`_kv_column`), and dK, dV leave at the item's own head of the per-query-head
     outputs, or with ``ADD_DKDV`` are added into the KV head's float32 accumulators
     ``DK_ACC``/``DV_ACC`` (:func:`_dkdv_add`)."""
@@ -606,8 +606,9 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
     (:func:`.bwd_hopper.expands`) take each query head's dK and dV, for the caller to sum per
     KV head; ``add_to`` (float32 ``(dk_acc, dv_acc)`` shaped like k, zeros: :func:`adds`) has each
     query head's added there instead (``dk``/``dv`` shaped like k, then unused). ``count``:
-    one int32 zero (the preprocess's) for the claimed items of :func:`dynamic`; without it
-    the grid is never dynamic."""
+    an int32 zero (the preprocess's), given where :func:`dynamic` says so
+    (:func:`.bwd_hopper.claims_items`): the items are claimed from it
+    (:func:`.bwd_hopper.claimed_grid`); without it, never."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     # (the items' heads: k's, or q's per query head)
@@ -622,11 +623,8 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
              (dk, (block_n, d)), (dv, (block_n, d)), (dq_acc, (block_m, d // 2)))
     # (one program per SM unmasked, per item causal: :func:`persistent`; claimed items:
     # :func:`dynamic`)
-    claims = count is not None and dynamic(causal, n_ntiles, d)
-    n_programs = (min(n_work, sm_count(q.device)) if claims else fwd_hopper.programs(
-        n_work, q.device, "FLASHTILE_GLUON_BWD_PERSISTENT", persistent(causal)))
+    n_programs, claims = bwd_hopper.claimed_grid(n_work, q.device, count, persistent(causal))
     persist = n_programs < n_work
-    claims = claims and persist
     group = bwd_hopper.causal_order(q, heads, n_ntiles, n_programs) if causal else 1
     rotated = bwd_hopper.rotates(d, causal, True)
     plans.gluon_launch(

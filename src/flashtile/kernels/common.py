@@ -214,10 +214,10 @@ _INTERPRETING = interpreter_enabled()
 
 
 def alloc(shape, dtype, device) -> torch.Tensor:
-    """An output buffer; NaN-filled when ``FLASHTILE_POISON=1`` (the tests; read at import) so
-    that any element a kernel forgets to write shows up as NaN instead of passing on leftover
-    memory."""
-    if _POISON:     # (integers: -1, which no count or index starts from)
+    """An output buffer; NaN-filled (integers: -1, which no count or index starts from) when
+    ``FLASHTILE_POISON=1`` (the tests; read at import) so that any element a kernel forgets to
+    write shows up instead of passing on leftover memory."""
+    if _POISON:
         return torch.full(shape, float("nan") if dtype.is_floating_point else -1, dtype=dtype,
                           device=device)
     # (sizes as separate ints: ~1.6 us on the development CPU, against ~2.4 for a tuple and
