@@ -243,16 +243,20 @@ PY
       # (compiles and autotunes anew: the trees share kernel sources, so they would share
       # autotuning results otherwise); AB_ENVS="A=1 B=2;C=3" adds variants of the main tree
       # run with those variables (e.g. a kernel's switch or config), alternated the same way;
-      # AB_BUDGET=S (seconds): no run starts that could end past S, so that the table and the
-      # archive are still written when the step has to stop early (an outer `timeout` would
-      # cut them off with the runs); AB_TIMEOUT=S (default 150) limits one run, plus
-      # AB_COMPILE_S (default 60) for a variant's first (compiling) run
+      # AB_BUDGET=S (seconds): no run starts that is expected to end past S (expected: its
+      # variant's last run, or the warm-up's compiling run for a variant's first; session 54
+      # lost a call's A/B to starting only what the worst case allowed) and none runs past
+      # it, so that the table and the archive are still written when the step has to stop
+      # early (an outer `timeout` would cut them off with the runs); AB_TIMEOUT=S (default
+      # 150) limits one run, plus AB_COMPILE_S (default 60) for a variant's first run
       cmd=${AB_CMD:-python3 -m flashtile bench --providers flashtile,cudnn --no-plot \
         --mode ${AB_MODE:-fwdbwd} --headdims ${AB_HEADDIMS:-128} --seqlens ${AB_SEQLENS:-2k,8k} \
         --causal ${AB_CAUSAL:-both}}
       ab_start=$SECONDS
       echo "--- warm-up (discarded)"
       timeout 150 $cmd --out "$OUT/ab/warm" > /dev/null 2>&1
+      declare -A ab_took=()                 # (seconds of each variant's last run)
+      ab_took[warm]=$(( SECONDS - ab_start ))
       # one run: in tree $1 (a folder), named $2, with variables $3 ("A=1 B=2", may be empty).
       # A variant's first run also compiles its kernels (the warm-up ran the main tree's
       # only; session 24 lost a variant whose compile outlasted AB_TIMEOUT): it gets
@@ -262,16 +266,22 @@ PY
         if [ "$2" != main ] && { [ "$round" = 1 ] || [ "${AB_FRESH_CACHE:-0}" = 1 ]; }; then
           limit=$(( limit + ${AB_COMPILE_S:-60} ))
         fi
-        if [ -n "${AB_BUDGET:-}" ] && (( SECONDS - ab_start + limit > AB_BUDGET )); then
-          echo "--- round $round: $2 not run (AB_BUDGET=$AB_BUDGET s reached)"; return
+        if [ -n "${AB_BUDGET:-}" ]; then
+          local left=$(( AB_BUDGET - (SECONDS - ab_start) ))
+          if (( ${ab_took[$2]:-${ab_took[warm]}} > left )); then
+            echo "--- round $round: $2 not run (AB_BUDGET=$AB_BUDGET s reached)"; return
+          fi
+          (( left < limit )) && limit=$left
         fi
         echo "--- round $round: $2"
+        local started=$SECONDS
         (cd "$1" && export PYTHONPATH="$PWD/src:$PYTHONPATH" ${3:-} \
           && { [ "${AB_FRESH_CACHE:-0}" = 1 ] \
                && export TRITON_CACHE_DIR=/tmp/ab-cache-$round-$2; true; } \
           && timeout $limit $cmd --out "$OUT/ab/$round-$2") 2>&1 \
           | grep -E "^│ +[0-9]|geomean.*cuDNN|WRONG|best config"
         [ "${PIPESTATUS[0]}" = 124 ] && echo "--- round $round: $2 cut at $limit s"
+        ab_took[$2]=$(( SECONDS - started ))
         true
       }
       IFS=';' read -ra envs <<< "${AB_ENVS:-}"

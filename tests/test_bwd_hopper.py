@@ -829,10 +829,10 @@ def test_claimed_grid_rule(monkeypatch):
                 assert grid == (n_work,) and meta["KV_BUFS"] == 1, (d, value, grid)
 
 
-@gluon_cases_over([(4, 2048, 8, 8, 64), (4, 2048, 16, 4, 64), (4, 2048, 8, 4, 96)])
+@gluon_cases_over([(4, 2048, 8, 8, 64), (2, 2048, 16, 8, 64), (4, 2048, 8, 4, 96)])
 def test_claimed_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_DYNAMIC=1`` in this kernel: one program per SM, each item after a
-    program's first claimed from the count that the preprocess zeroed (d=64 MHA, d=64 GQA 4:1
+    program's first claimed from the count that the preprocess zeroed (d=64 MHA, d=64 GQA 2:1
     per query head when causal, d=96 in split tiles and two passes; causal items of unequal
     length): all three gradients within budget (outputs NaN-poisoned, the count poisoned to
     -1), one launch on fewer programs than items, with K and V double-buffered; then a
