@@ -80,12 +80,15 @@ def print_split(folder: Path) -> None:
     # (by short name: one kernel's instances for each dtype are one column)
     names = list(dict.fromkeys(short(n) for n in kernel_names(folder)))
     tables = {name: load(folder, False, name)[0] for name in names}
-    variants = [v for v in next(iter(tables.values()), {}) if v != "main"]
+    # (every point and variant of any kernel: a point that lacks the first kernel, say d=128's
+    # rows kernel beside d=64's transposed one, keeps its row; session 54 lost them)
+    variants = [v for v in dict.fromkeys(v for t in tables.values() for v in t) if v != "main"]
+    points = list(dict.fromkeys(p for t in tables.values() for p in t.get("main", {})))
     for variant in variants:
         print(f"per kernel: {variant} / main (main's mean µs in brackets)")
         print("| point | " + " | ".join(names) + " |")
         print("|" + "---|" * (len(names) + 1))
-        for point in tables[names[0]].get("main", {}):
+        for point in points:
             cells = []
             for name in names:
                 base = tables[name].get("main", {}).get(point)

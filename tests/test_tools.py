@@ -327,15 +327,18 @@ def test_ab_table_reads_kernel_sums_per_variant_and_round(tmp_path):
 def test_ab_table_reads_one_kernel_per_round(tmp_path):
     """scripts/ab_table.py --kernel NAME: the kernels whose names contain NAME alone, from
     each run's per-round split (two rounds a run here), summed where several match; --split:
-    each variant's ratio to main for every kernel of the split, one column each."""
-    def run(name, splits):
+    each variant's ratio to main for every kernel of the split, one column each, a row for
+    every point (also one whose split lacks the first column's kernel)."""
+    def run(name, splits, other):
         (tmp_path / name).mkdir()
         row = dict(provider="flashtile", mode="fwdbwd", d=128, causal=True, s=2048,
                    dtype="fp16", ms=1.0, kernel_ms=1.0, kernel_split_rounds=splits)
-        (tmp_path / name / "bench-1.json").write_text(json.dumps({"results": [row]}))
+        d64 = dict(row, d=64, kernel_split_rounds=[{"_dkdv_hopper_kernel": other}])
+        (tmp_path / name / "bench-1.json").write_text(json.dumps({"results": [row, d64]}))
     run("1-main", [{"_bwd_preprocess": 0.096, "_dkdv_rows_kernel": 0.78},
-                   {"_bwd_preprocess": 0.094, "_dkdv_rows_kernel": 0.79}])
-    run("1-env-X=1", [{"_bwd_preprocess": 0.160, "_dkdv_rows_kernel": 0.74, "x_rows_y": 0.01}])
+                   {"_bwd_preprocess": 0.094, "_dkdv_rows_kernel": 0.79}], 0.5)
+    run("1-env-X=1", [{"_bwd_preprocess": 0.160, "_dkdv_rows_kernel": 0.74, "x_rows_y": 0.01}],
+        0.55)
     out = _run("ab_table.py", str(tmp_path), "--kernel", "preprocess")
     assert "(kernels named *preprocess*)" in out, out
     assert "| fwdbwd d=128 causal 2048 fp16 | 96.0 / 94.0 | 160.0 | 1.684 |" in out, out
@@ -343,11 +346,13 @@ def test_ab_table_reads_one_kernel_per_round(tmp_path):
     assert "| 780.0 / 790.0 | 750.0 | 0.955 |" in rows, rows
     split = _run("ab_table.py", str(tmp_path), "--split")
     assert "per kernel: env-X=1 / main" in split, split
-    assert "| point | _bwd_preprocess | _dkdv_rows_kernel | x_rows_y |" in split, split
+    assert ("| point | _bwd_preprocess | _dkdv_rows_kernel | x_rows_y | _dkdv_hopper_kernel |"
+            in split), split
     # (each column one kernel: _dkdv_rows_kernel alone, where --kernel rows took x_rows_y
     # in too; x_rows_y has no main runs)
-    assert ("| fwdbwd d=128 causal 2048 fp16 | 1.684 (95.0) | 0.943 (785.0) | - |"
+    assert ("| fwdbwd d=128 causal 2048 fp16 | 1.684 (95.0) | 0.943 (785.0) | - | - |"
             in split), split
+    assert "| fwdbwd d=64 causal 2048 fp16 | - | - | - | 1.100 (500.0) |" in split, split
 
 
 def test_rate_table_reads_kernel_rates_per_shape_and_run(tmp_path):
