@@ -398,6 +398,26 @@ def test_kernel_time_ratio_and_summary():
     assert any("kernels alone" in line for line in report.summary_lines(summary))
 
 
+def test_call_gap_notes_name_points_whose_call_time_outruns_their_kernels():
+    """A point whose call time is more than CALL_GAP times its kernels' sum gets a note per
+    provider naming it and the factor; points within it, or without kernel times, none."""
+    from flashtile.bench import report
+
+    case = BenchCase(batch=16, seqlen=1024, nheads=16, nheads_kv=16, headdim=128, causal=True,
+                     dtype="bf16", mode="fwdbwd")
+    other = BenchCase(**{**case.__dict__, "seqlen": 4096, "batch": 4})
+    rows = [runner.Measurement("flashtile", case, "ok", ms=1.553, kernel_ms=0.757),
+            runner.Measurement("flashtile", other, "ok", ms=2.10, kernel_ms=2.00),
+            runner.Measurement("sdpa-cudnn", case, "ok", ms=0.758, kernel_ms=0.751),
+            runner.Measurement("eager", case, "ok", ms=9.0),
+            runner.Measurement("sdpa-flash", case, "WRONG", reason="out err")]
+    notes = report.call_gap_notes(rows)
+    assert notes == [f"flashtile: call time over {report.CALL_GAP:g}x its kernels' sum at 1 "
+                     f"point ({case.label()} 2.05x): the GPU idled between launches "
+                     "(host-bound or a disturbed run); read those by kernels, or rerun"], notes
+    assert report.call_gap_notes(rows[1:]) == []
+
+
 def test_device_us_sums_gpu_events_only():
     """The kernel time of a profile counts events that ran on the GPU, nothing on the host;
     by name, largest first, long names cut (and added where the cut names meet)."""

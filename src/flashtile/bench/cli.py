@@ -379,7 +379,7 @@ def run(args) -> int:
 
     for table in R.build_tables(measurements, options, config.subject, device):
         console.print(table)
-    for note in R.status_notes(measurements):
+    for note in R.status_notes(measurements) + R.call_gap_notes(measurements):
         console.print(f"[yellow]{note}[/]", highlight=False)
     summary = R.subject_summary(measurements, config.subject)
     for line in R.summary_lines(summary):

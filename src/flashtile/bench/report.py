@@ -287,6 +287,27 @@ def power_lines(measurements: list[Measurement]) -> list[str]:
     return lines
 
 
+# A call time this many times its kernels' sum is no longer the kernels' speed (session 54: one
+# point of a grid at 2.05x, 0.49x cuDNN by call and 0.99x by kernels, level when run again)
+CALL_GAP = 1.25
+
+
+def call_gap_notes(measurements: list[Measurement]) -> list[str]:
+    """With ``--kernel-times``: per provider, the points whose call time (do_bench's median)
+    is more than :data:`CALL_GAP` times the sum of their kernels' device times: the GPU stood
+    idle between launches (the host's launch path, or another process disturbing the run),
+    so those ratios by call are not the kernels' and the ones by kernels are steadier."""
+    by_provider: dict[str, list[str]] = {}
+    for m in measurements:
+        if m.ms is not None and m.kernel_ms and m.ms > CALL_GAP * m.kernel_ms:
+            by_provider.setdefault(m.provider, []).append(
+                f"{m.case.label()} {m.ms / m.kernel_ms:.2f}x")
+    return [f"{provider}: call time over {CALL_GAP:g}x its kernels' sum at {len(points)} "
+            f"point{'s' * (len(points) > 1)} ({', '.join(points)}): the GPU idled between "
+            "launches (host-bound or a disturbed run); read those by kernels, or rerun"
+            for provider, points in by_provider.items()]
+
+
 def status_notes(measurements: list[Measurement]) -> list[str]:
     """One line per (provider, status, reason) that is not a clean measurement."""
     counts: dict[tuple, list[BenchCase]] = {}
