@@ -268,7 +268,7 @@ PY
         fi
         if [ -n "${AB_BUDGET:-}" ]; then
           local left=$(( AB_BUDGET - (SECONDS - ab_start) ))
-          if (( ${ab_took[$2]:-${ab_took[warm]}} > left )); then
+          if (( left < 1 || ${ab_took[$2]:-${ab_took[warm]}} > left )); then  # (timeout 0: none)
             echo "--- round $round: $2 not run (AB_BUDGET=$AB_BUDGET s reached)"; return
           fi
           (( left < limit )) && limit=$left
