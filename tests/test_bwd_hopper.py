@@ -829,6 +829,60 @@ def test_claimed_grid_rule(monkeypatch):
                 assert grid == (n_work,) and meta["KV_BUFS"] == 1, (d, value, grid)
 
 
+def test_claim_mid_rule(monkeypatch):
+    """:func:`bwd_hopper.claim_mode`: ``FLASHTILE_GLUON_BWD_CLAIM_MID=1`` turns a claimed grid
+    of either dK/dV kernel (the rows kernel's causal default at d=128; this one's at d=64
+    with ``FLASHTILE_GLUON_BWD_DYNAMIC=1``) into ``DYNAMIC`` = 2, labelled " claimed mid";
+    unset or ``0`` leave it claimed as before; a grid without claims stays without. A
+    variable of the plans' keys. Runs on the CPU: the launches are captured, not made."""
+    assert "FLASHTILE_GLUON_BWD_CLAIM_MID" in common.GLUON_OPTIONS["bwd_hopper"]
+    for name in ("FLASHTILE_GLUON_BWD_PERSISTENT", "FLASHTILE_GLUON_BWD_CONFIG",
+                 "FLASHTILE_GLUON_BWD_ROWS"):
+        monkeypatch.delenv(name, raising=False)
+    launches = gluon_launches(monkeypatch, run=False, full=True)
+    count = torch.zeros(1, dtype=torch.int32)
+    for d, dynamic in ((128, None), (64, "1")):
+        q = torch.randn(2, 4096, 8, d, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, q, q, 0.0, None, True, (-1, -1), 0.0, None, False)
+        lse = dsum = torch.zeros(2, 8, 4096)
+        for mid, with_count, mode in (("1", True, 2), (None, True, True), ("0", True, True),
+                                      ("1", False, False)):
+            for name, value in (("FLASHTILE_GLUON_BWD_CLAIM_MID", mid),
+                                ("FLASHTILE_GLUON_BWD_DYNAMIC", dynamic)):
+                if value is None:
+                    monkeypatch.delenv(name, raising=False)
+                else:
+                    monkeypatch.setenv(name, value)
+            assert bwd_hopper.claims_items(q, q, params), d
+            bwd_hopper.dkdv(q, q, q, q, lse, dsum, torch.empty_like(q), torch.empty_like(q),
+                            params, dq_acc=torch.zeros(bwd_hopper.dq_acc_shape(q)),
+                            count=count if with_count else None)
+            ((_, _, _, _, _, meta, _, _, label),) = launches
+            launches.clear()
+            assert meta["DYNAMIC"] is mode or meta["DYNAMIC"] == mode == 2, (d, mid, meta)
+            suffix = {2: " claimed mid", True: " claimed", False: ""}[mode]
+            assert (" claimed" in label) is bool(mode) and (suffix in label), label
+            assert (" claimed mid" in label) is (mode == 2), label
+
+
+@gluon_cases_over([(2, 2048, 8, 8, 64), (4, 2048, 8, 4, 128)])
+def test_claimed_mid(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_BWD_CLAIM_MID=1`` with ``FLASHTILE_GLUON_BWD_DYNAMIC=1``: each claim
+    made after its item's first (Q, dO) load, in this kernel (d=64's one pass, MHA) and the
+    rows kernel (d=128, GQA 2:1, per query head when causal): all three gradients within
+    budget (outputs NaN-poisoned), one launch labelled " claimed mid" on one program per
+    SM; then a second call of the same signature, replaying the plan: within budget again."""
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_DYNAMIC", "1")
+    monkeypatch.setenv("FLASHTILE_GLUON_BWD_CLAIM_MID", "1")
+    launches = gluon_launches(monkeypatch, full=True)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    ((grid, meta, label),) = [(x[2], x[5], x[8]) for x in launches if x[7] == "dkdv"]
+    assert meta["DYNAMIC"] == 2 and " claimed mid" in label, label
+    assert grid == (common.sm_count(torch.device("cuda")),)
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+
+
 @gluon_cases_over([(4, 2048, 8, 8, 64), (2, 2048, 16, 8, 64), (4, 2048, 8, 4, 96)])
 def test_claimed_grid(gluon_calls, monkeypatch, shape, causal, dtype):
     """``FLASHTILE_GLUON_BWD_DYNAMIC=1`` in this kernel: one program per SM, each item after a

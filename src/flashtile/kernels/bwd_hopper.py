@@ -280,7 +280,7 @@ def _load_items(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, c
         _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims, claimed,
                       claim_free, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k,
                       BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL, GROUP, q_desc2, do_desc2,
-                      q_smem2, do_smem2, HEAD_D2, ROTATE, CLAIM_FIRST)
+                      q_smem2, do_smem2, HEAD_D2, ROTATE, CLAIM_FIRST, DYNAMIC)
     else:
         _load_q_do(q_desc, do_desc, q_smem, do_smem, ready, empty, n_work, n_ntiles, nheads_kv,
                    group, seqlen_q, seqlen_k, BLOCK_N, BLOCK_M, HEAD_D, NUM_STAGES, CAUSAL,
@@ -293,26 +293,38 @@ def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims,
                   BLOCK_N: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_D: gl.constexpr,
                   NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
                   q_desc2, do_desc2, q_smem2, do_smem2, HEAD_D2: gl.constexpr,
-                  ROTATE: gl.constexpr, CLAIM_FIRST: gl.constexpr):
+                  ROTATE: gl.constexpr, CLAIM_FIRST: gl.constexpr, DYNAMIC: gl.constexpr):
     """:func:`_load_q_do`'s ring over the items that this program claims (:func:`_claim`):
     the next one claimed once this one's loads are issued (:mod:`.bwdrows_hopper`, whose
     consumers want it at their item's end), or (``CLAIM_FIRST``) before they are (this
-    kernel's consumers load the next item's K and V from their item's first tile on)."""
+    kernel's consumers load the next item's K and V from their item's first tile on).
+
+    ``DYNAMIC`` = 2 (:func:`claim_mode`): each claim is made once the item's first (Q, dO)
+    load is issued, rather than between two items' loads. The loader waits for the claim's
+    atomic there (Triton broadcasts a scalar atomic's result through shared memory at once).
+    Between two items that wait holds back the next item's first load, which the consumers
+    are about to need; after it, the ring's slots are the loader's only wait."""
+    MID: gl.constexpr = DYNAMIC == 2
     it = 0
     done = 0
     w = gl.program_id(0)
     while w < n_work:
-        if CLAIM_FIRST:
+        if CLAIM_FIRST and not MID:
             w_next = _claim(COUNT, claims, claimed, claim_free, done)
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
             BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP, ROTATE)
-        for u in range(n_t):
+        if MID:         # (tile 0, then the claim, then the rest)
+            load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it, 0, i0, n_i,
+                           q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,
+                           do_desc2, q_smem2, do_smem2)
+            w_next = _claim(COUNT, claims, claimed, claim_free, done)
+        for u in range(1 if MID else 0, n_t):
             load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it + u, u, i0, n_i,
                            q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,
                            do_desc2, q_smem2, do_smem2)
         it += n_t
-        if not CLAIM_FIRST:
+        if not CLAIM_FIRST and not MID:
             w_next = _claim(COUNT, claims, claimed, claim_free, done)
         w = w_next
         done += 1
@@ -1024,6 +1036,21 @@ def claimed_grid(n_work: int, device: torch.device, count, persistent: bool) -> 
     return programs, programs < n_work
 
 
+def claim_mode(claimed: bool) -> bool | int:
+    """The dK/dV kernels' ``DYNAMIC`` for a grid that :func:`claimed_grid` says is claimed or
+    not: ``False`` or ``True``, or 2 where ``FLASHTILE_GLUON_BWD_CLAIM_MID=1`` asks for each
+    claim after its item's first load (:func:`_load_claimed`; opt-in, not yet run on a GPU).
+    Why: the loader waits for a claim's atomic, and where the claim stands between two items'
+    loads that wait holds back the next item's first tile; at d=64 the ring has two slots,
+    and the claimed grid measured 12% slower than one program per item (session 54)."""
+    return 2 if claimed and env_forced("FLASHTILE_GLUON_BWD_CLAIM_MID") else claimed
+
+
+def claim_label(mode: bool | int) -> str:
+    """A launch label's part for :func:`claim_mode`'s ``mode``."""
+    return " claimed mid" if mode == 2 else " claimed" if mode else ""
+
+
 def dq_acc_shape(q: torch.Tensor) -> tuple[int, int, int, int]:
     """The one pass's float32 dQ accumulator for q ``(b, sq, hq, d)``: ``(b, sq, hq * d / 64,
     64)``, so that its TMA blocks are one consumer's dQ part (queries x 64 of the head dim);
@@ -1221,6 +1248,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
     tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid, claimed = claimed_grid(n_work, q.device, count, persistent_ahead(d, causal, n_ntiles))
+    claimed = claim_mode(claimed)
     group = causal_order(q, heads, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,
@@ -1236,7 +1264,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
              SKIP_MASKED=skips_masked(causal, n_ntiles, hq > heads), SERIAL=serial_order,
              ROTATE=rotated, KV_SHARE=heads // hkv, DYNAMIC=claimed),
         fwd_hopper.part_descriptor, "dkdv", f"gluon {2 * block_n}x{block_m}/{stages}s"
-        + (" serial" if serial_order else "") + (" claimed" if claimed else "")
+        + (" serial" if serial_order else "") + claim_label(claimed)
         + (f" window {-group}" if group < 0 else "")
         + ("" if dq_acc is None else " +dQ late" if late else " +dQ")
         + (" rotated" if rotated else "") + (" per query head" if heads > hkv else ""))

@@ -625,6 +625,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
     # (one program per SM unmasked, per item causal: :func:`persistent`; claimed items:
     # :func:`dynamic`)
     n_programs, claims = bwd_hopper.claimed_grid(n_work, q.device, count, persistent(causal))
+    claims = bwd_hopper.claim_mode(claims)
     persist = n_programs < n_work
     group = bwd_hopper.causal_order(q, heads, n_ntiles, n_programs) if causal else 1
     rotated = bwd_hopper.rotates(d, causal, True)
@@ -641,7 +642,7 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
              ADD_DKDV=add_to is not None, DYNAMIC=claims),
         fwd_hopper.part_descriptor, "dkdv",
         f"gluon rows {2 * block_n}x{block_m}/{stages}s +dQ"
-        + (" persistent" if persist else "") + (" claimed" if claims else "")
+        + (" persistent" if persist else "") + bwd_hopper.claim_label(claims)
         + (f" window {-group}" if group < 0 else "")
         + (" rotated" if rotated else "") + (" per query head" if heads > hkv else "")
         + (" added" if add_to is not None else ""))
