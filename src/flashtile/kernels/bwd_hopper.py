@@ -314,7 +314,8 @@ def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims,
         _, _, _, i0, n_i, n_t, q_row0, q_col0, _, _ = _item(
             w, n_work, n_ntiles, nheads_kv, group, seqlen_q, seqlen_k, 0, 0, 0, 0, BLOCK_N,
             BLOCK_M, HEAD_D + HEAD_D2, CAUSAL, GROUP, ROTATE)
-        if MID:         # (tile 0, then the claim, then the rest)
+        if MID:         # (tile 0, then the claim, then the rest; every item has a tile 0:
+                        # causal needs sq == sk, and lengths are multiples of the tiles)
             load_q_do_tile(q_desc, do_desc, q_smem, do_smem, ready, empty, it, 0, i0, n_i,
                            q_row0, q_col0, BLOCK_M, HEAD_D + HEAD_D2, NUM_STAGES, q_desc2,
                            do_desc2, q_smem2, do_smem2)
