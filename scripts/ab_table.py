@@ -22,46 +22,42 @@ import sys
 from pathlib import Path
 
 
-def load(folder: Path, wall: bool, kernel: str | None = None) -> tuple[dict, str]:
-    """{variant: {point: [µs per round, in round order]}} and the kind of time read
-    (``kernel``: the split's kernels whose names contain it, summed, each of the run's
-    rounds a time)."""
-    runs: dict = {}
-    kind = "do_bench"
+def timed_rows(folder: Path) -> list[tuple[str, tuple, dict]]:
+    """(variant, point, row) of each of flashtile's timed rows in the runs under ``folder``
+    (the warm-up left out), each JSON read once."""
+    out = []
     for path in sorted(folder.glob("*/bench-*.json")):
         match = re.fullmatch(r"(\d+)-(.+)", path.parent.name)
         if match is None:
             continue
-        variant = match.group(2)
         for row in json.loads(path.read_text())["results"]:
             if row.get("provider") != "flashtile" or row.get("ms") is None:
                 continue
             point = (row["mode"], row["d"], "causal" if row["causal"] else "full", row["s"],
                      row["dtype"])
-            if kernel is not None:
-                kind = f"kernels named *{kernel}*"
-                for split in row.get("kernel_split_rounds") or ():
-                    times = [ms for name, ms in split.items() if kernel in name]
-                    if times:
-                        runs.setdefault(variant, {}).setdefault(point, []).append(
-                            sum(times) * 1e3)
-                continue
-            kernel_sums = not wall and row.get("kernel_ms") is not None
-            ms = row["kernel_ms"] if kernel_sums else row["ms"]
-            kind = "kernel sums" if kernel_sums else kind
-            runs.setdefault(variant, {}).setdefault(point, []).append(ms * 1e3)
+            out.append((match.group(2), point, row))
+    return out
+
+
+def load(rows: list, wall: bool, kernel: str | None = None) -> tuple[dict, str]:
+    """{variant: {point: [µs per round, in round order]}} of :func:`timed_rows` and the kind
+    of time read (``kernel``: the split's kernels whose names contain it, summed, each of the
+    run's rounds a time)."""
+    runs: dict = {}
+    kind = "do_bench"
+    for variant, point, row in rows:
+        if kernel is not None:
+            kind = f"kernels named *{kernel}*"
+            for split in row.get("kernel_split_rounds") or ():
+                times = [ms for name, ms in split.items() if kernel in name]
+                if times:
+                    runs.setdefault(variant, {}).setdefault(point, []).append(sum(times) * 1e3)
+            continue
+        kernel_sums = not wall and row.get("kernel_ms") is not None
+        ms = row["kernel_ms"] if kernel_sums else row["ms"]
+        kind = "kernel sums" if kernel_sums else kind
+        runs.setdefault(variant, {}).setdefault(point, []).append(ms * 1e3)
     return runs, kind
-
-
-def kernel_names(folder: Path) -> list[str]:
-    """The kernels in flashtile's per-round splits under ``folder``, in order of appearance."""
-    names: dict = {}
-    for path in sorted(folder.glob("*/bench-*.json")):
-        for row in json.loads(path.read_text())["results"]:
-            if row.get("provider") == "flashtile":
-                for split in row.get("kernel_split_rounds") or ():
-                    names.update(dict.fromkeys(split))
-    return list(names)
 
 
 def short(name: str) -> str:
@@ -74,12 +70,20 @@ def _mean(times: list[float]) -> float:
     return sum(times) / len(times)
 
 
-def print_split(folder: Path) -> None:
+def print_split(rows: list) -> None:
     """Per variant, its mean over main's for every kernel of the split (mean µs of main in
-    brackets), a row per point; nothing where no run recorded a split."""
-    # (by short name: one kernel's instances for each dtype are one column)
-    names = list(dict.fromkeys(short(n) for n in kernel_names(folder)))
-    tables = {name: load(folder, False, name)[0] for name in names}
+    brackets), a row per point of any kernel; nothing where no run recorded a split."""
+    # {kernel: {variant: {point: [µs per round]}}}, by short name (one kernel's instances for
+    # each dtype are one column), in order of appearance
+    tables: dict = {}
+    for variant, point, row in rows:
+        for split in row.get("kernel_split_rounds") or ():
+            by_name: dict = {}
+            for name, ms in split.items():
+                by_name[short(name)] = by_name.get(short(name), 0.0) + ms * 1e3
+            for name, us in by_name.items():
+                tables.setdefault(name, {}).setdefault(variant, {}).setdefault(point, []).append(us)
+    names = list(tables)
     # (every point and variant of any kernel: a point that lacks the first kernel, say d=128's
     # rows kernel beside d=64's transposed one, keeps its row; session 54 lost them)
     variants = [v for v in dict.fromkeys(v for t in tables.values() for v in t) if v != "main"]
@@ -110,10 +114,11 @@ def main() -> int:
     how.add_argument("--split", action="store_true",
                      help="each variant's ratio to main per kernel of the split")
     args = p.parse_args()
+    rows = timed_rows(args.folder)
     if args.split:
-        print_split(args.folder)
+        print_split(rows)
         return 0
-    runs, kind = load(args.folder, args.wall, args.kernel)
+    runs, kind = load(rows, args.wall, args.kernel)
     if "main" not in runs:
         print(f"no main runs under {args.folder}", file=sys.stderr)
         return 1
@@ -129,8 +134,7 @@ def main() -> int:
         for variant in others:
             times = runs[variant].get(point, [])
             cells.append(" / ".join(f"{t:.1f}" for t in times) or "-")
-            ratios.append(f"{sum(times) / len(times) / (sum(base) / len(base)):.3f}"
-                          if times else "-")
+            ratios.append(f"{_mean(times) / _mean(base):.3f}" if times else "-")
         print("| " + " | ".join([name, *cells, *ratios]) + " |")
     return 0
 

@@ -46,8 +46,8 @@ def launch(variant, o, do, dsum, dq_acc, zero: bool):
     bwd._bwd_preprocess[grid](
         o, do, dsum, dsum, dq_acc, o.stride(0), o.stride(1), o.stride(2), do.stride(0),
         do.stride(1), do.stride(2), dsum.stride(0), dsum.stride(1), dq_acc.stride(0),
-        dq_acc.stride(1), dq_acc.stride(2), h, s, d, d, dsum, BLOCK_M=block_m, HEAD_DV=d, HEAD_D=d,
-        IS_VARLEN=False, ZERO_DQ=zero, FLAT=flat, num_warps=warps)
+        dq_acc.stride(1), dq_acc.stride(2), h, s, d, d, dsum, BLOCK_M=block_m, HEAD_DV=d,
+        HEAD_D=d, IS_VARLEN=False, ZERO_DQ=zero, FLAT=flat, num_warps=warps)
 
 
 def check(variant, o, do, zero: bool) -> str | None:

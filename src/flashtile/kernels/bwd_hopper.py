@@ -299,7 +299,7 @@ def _load_claimed(q_desc, do_desc, q_smem, do_smem, ready, empty, COUNT, claims,
     consumers want it at their item's end), or (``CLAIM_FIRST``) before they are (this
     kernel's consumers load the next item's K and V from their item's first tile on).
 
-    ``DYNAMIC`` = 2 (:func:`claim_mode`): each claim is made once the item's first (Q, dO)
+    ``DYNAMIC`` = 2 (:func:`claimed_grid`): each claim is made once the item's first (Q, dO)
     load is issued, rather than between two items' loads. The loader waits for the claim's
     atomic there (Triton broadcasts a scalar atomic's result through shared memory at once).
     Between two items that wait holds back the next item's first load, which the consumers
@@ -1024,31 +1024,28 @@ def claims_items(q: torch.Tensor, k: torch.Tensor, params, one_pass: bool = True
     return bool(env_forced("FLASHTILE_GLUON_BWD_DYNAMIC"))
 
 
-def claimed_grid(n_work: int, device: torch.device, count, persistent: bool) -> tuple[int, bool]:
-    """(programs, claimed) of a dK/dV kernel (this one, :mod:`.bwdrows_hopper`) over ``n_work``
-    items: with a ``count`` (:func:`claims_items`) one program per SM, claiming its items
-    after the first where there are more items than SMs (``DYNAMIC``); without one, the
-    kernel's own rule (``persistent``: :func:`.fwd_hopper.programs`, which
-    ``FLASHTILE_GLUON_BWD_PERSISTENT`` overrides) in a fixed turn."""
+def claimed_grid(n_work: int, device: torch.device, count,
+                 persistent: bool) -> tuple[int, bool | int]:
+    """(programs, ``DYNAMIC``) of a dK/dV kernel (this one, :mod:`.bwdrows_hopper`) over
+    ``n_work`` items: with a ``count`` (:func:`claims_items`) one program per SM, claiming its
+    items after the first where there are more items than SMs; without one, the kernel's own
+    rule (``persistent``: :func:`.fwd_hopper.programs`, which ``FLASHTILE_GLUON_BWD_PERSISTENT``
+    overrides) in a fixed turn. ``DYNAMIC``: False (a fixed turn), True (claimed), or 2 where
+    ``FLASHTILE_GLUON_BWD_CLAIM_MID=1`` asks for each claim after its item's first load
+    (:func:`_load_claimed`; opt-in, not yet run on a GPU). Why that: the loader waits for a
+    claim's atomic, and where the claim stands between two items' loads the wait holds back
+    the next item's first tile; at d=64 the ring has two slots, and the claimed grid measured
+    12% slower than one program per item (session 54)."""
     if count is None:
         return fwd_hopper.programs(n_work, device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                    persistent), False
     programs = min(n_work, sm_count(device))
-    return programs, programs < n_work
-
-
-def claim_mode(claimed: bool) -> bool | int:
-    """The dK/dV kernels' ``DYNAMIC`` for a grid that :func:`claimed_grid` says is claimed or
-    not: ``False`` or ``True``, or 2 where ``FLASHTILE_GLUON_BWD_CLAIM_MID=1`` asks for each
-    claim after its item's first load (:func:`_load_claimed`; opt-in, not yet run on a GPU).
-    Why: the loader waits for a claim's atomic, and where the claim stands between two items'
-    loads that wait holds back the next item's first tile; at d=64 the ring has two slots,
-    and the claimed grid measured 12% slower than one program per item (session 54)."""
-    return 2 if claimed and env_forced("FLASHTILE_GLUON_BWD_CLAIM_MID") else claimed
+    claimed = programs < n_work
+    return programs, 2 if claimed and env_forced("FLASHTILE_GLUON_BWD_CLAIM_MID") else claimed
 
 
 def claim_label(mode: bool | int) -> str:
-    """A launch label's part for :func:`claim_mode`'s ``mode``."""
+    """A launch label's part for :func:`claimed_grid`'s ``DYNAMIC``."""
     return " claimed mid" if mode == 2 else " claimed" if mode else ""
 
 
@@ -1249,7 +1246,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record=None, dq_acc=None,
     tiles = (tuple((t, (rows, first)) for t, rows in operands) + (dq_tile,)
              + (tuple((t, (rows, second)) for t, rows in operands) if second else ()))
     grid, claimed = claimed_grid(n_work, q.device, count, persistent_ahead(d, causal, n_ntiles))
-    claimed = claim_mode(claimed)
     group = causal_order(q, heads, n_ntiles, grid) if causal else 1
     plans.gluon_launch(
         record, _dkdv_hopper_kernel, (grid,), tiles,

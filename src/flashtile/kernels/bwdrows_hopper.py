@@ -553,12 +553,13 @@ DYNAMIC_FROM = 8
 
 def dynamic(causal: bool, n_ntiles: int, d: int = 128) -> bool:
     """Whether the grid is one program per SM whose items after the first are claimed at run
-    time from a count (``DYNAMIC``, :func:`_claim`), for ``n_ntiles`` key items per KV head:
-    taken in the work order by whichever program is free first, as the hardware hands out
-    one program per item, but with each item's K/V load and dK/dV epilogue overlapping the
-    next item (:func:`persistent`'s gain without its fixed turn). ``FLASHTILE_GLUON_BWD_DYNAMIC``
-    ``1``/``0`` forces it; unset or ``auto``: causal from :data:`DYNAMIC_FROM` items per head
-    at head dim ``d`` = 128 (d=64's opt-in, :data:`OPT_IN`, is unmeasured with it).
+    time from a count (``DYNAMIC``, :func:`.bwd_hopper._claim`), for ``n_ntiles`` key items
+    per KV head: taken in the work order by whichever program is free first, as the hardware
+    hands out one program per item, but with each item's K/V load and dK/dV epilogue
+    overlapping the next item (:func:`persistent`'s gain without its fixed turn).
+    ``FLASHTILE_GLUON_BWD_DYNAMIC`` ``1``/``0`` forces it; unset or ``auto``: causal from
+    :data:`DYNAMIC_FROM` items per head at head dim ``d`` = 128 (d=64's opt-in,
+    :data:`OPT_IN`, is unmeasured with it).
     Measured on the H100 (session 53, d=128, 16k tokens, this kernel's time against one
     program per item, 2-3 alternating rounds, three calls): causal bf16 512 +4.2%, 1k -3.5%
     to -10.1%, 2k -3.2% to -8.6%, 4k -1.9% to -4.4%, 8k +1.0%, 16k -2.2% to -3.2%; fp16
@@ -625,7 +626,6 @@ def dkdv(q, k, v, dout, lse, dsum, dk, dv, params, record, dq_acc, add_to=None,
     # (one program per SM unmasked, per item causal: :func:`persistent`; claimed items:
     # :func:`dynamic`)
     n_programs, claims = bwd_hopper.claimed_grid(n_work, q.device, count, persistent(causal))
-    claims = bwd_hopper.claim_mode(claims)
     persist = n_programs < n_work
     group = bwd_hopper.causal_order(q, heads, n_ntiles, n_programs) if causal else 1
     rotated = bwd_hopper.rotates(d, causal, True)
