@@ -99,69 +99,6 @@ def test_default_forward_runs_where_it_measured_ahead(monkeypatch, switch, d, ca
     assert fwd_hopper.supports(q, q, q, params) == runs
 
 
-def test_three_consumers_rule(monkeypatch):
-    """``FLASHTILE_GLUON_FWD_CONSUMERS`` (opt-in): unset or 2, two consumers; 3, three at d=64
-    with P in registers (their own config: 128-key tiles, 4 slots, 160 registers), two
-    elsewhere; anything else, and more than 168 registers with three, is refused. Three need
-    query lengths that are multiples of 64 only (ragged items; the keys still a multiple of
-    the tile); the launch gets CONSUMERS = 3, 192-row items and S_0 in its turn. Runs on the
-    CPU: the launch is captured, not made."""
-    for variable in ("FLASHTILE_GLUON_FWD_CONFIG", "FLASHTILE_GLUON_FWD_P_REGS",
-                     "FLASHTILE_GLUON_FWD_CONSUMERS"):
-        monkeypatch.delenv(variable, raising=False)
-    assert fwd_hopper.consumers(64) == 2
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONSUMERS", "3")
-    assert [fwd_hopper.consumers(d) for d in (64, 96, 128, 256)] == [3, 2, 2, 2]
-    assert fwd_hopper.config(64, 1024, True) == (64, 128, 4, 160)
-    assert fwd_hopper.config(128, 1024) == fwd_hopper._CONFIGS[128]
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_P_REGS", "0")
-    assert fwd_hopper.consumers(64) == 2
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_P_REGS")
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", "64,128,4,176")
-    with pytest.raises(ValueError, match="at most 168 registers"):
-        fwd_hopper.config(64, 1024)
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG")
-    for bad in ("4", "1", "three"):
-        monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONSUMERS", bad)
-        with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_CONSUMERS must be 2 or 3"):
-            fwd_hopper.consumers(64)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONSUMERS", "3")
-    monkeypatch.setattr(fwd_hopper, "is_sm90", lambda device: True)
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD", "1")
-    seen = gluon_launches(monkeypatch, run=False)
-    for seqlen, items, runs in ((512, 3, True), (768, 4, True), (128, 1, True),
-                                (576, None, False)):
-        q = torch.randn(1, seqlen, 2, 64, dtype=torch.bfloat16)
-        for causal in (False, True):
-            params, _ = _flash_params(q, q, q, 0.0, None, causal, (-1, -1), 0.0, None, False)
-            assert fwd_hopper.supports(q, q, q, params) == runs
-            if runs:
-                fwd_hopper.forward(q, q, q, params, torch.empty_like(q),
-                                   torch.empty(1, 2, seqlen))
-                ((_, grid, meta),) = seen
-                seen.clear()
-                assert (meta["CONSUMERS"], meta["NEXT_S0"], meta["BLOCK_N"]) == (3, False, 128)
-                assert grid == (items * 2,)     # (192-row items of 2 heads, under the SMs)
-
-
-@gluon_cases_over([(2, 512, 8, 2, 64), (1, 768, 4, 2, 64), (2, 1024, 4, 4, 64),
-                   (1, 128, 2, 2, 64), (4, 1024, 16, 4, 64)])
-def test_three_consumers(gluon_calls, monkeypatch, shape, causal, dtype):
-    """Three consumers at d=64 (``FLASHTILE_GLUON_FWD_CONSUMERS=3``: 192-row items, 128-key
-    tiles): ragged items (512 and 1k keys leave 128 and 64 rows for a head's last item, its
-    other parts past the sequence: they read one tile and store nothing), exact ones (768),
-    one item with a part past the sequence (128), and 384 items over the SMs. Outputs
-    (NaN-poisoned before the launch: a missing store fails, and a stray one into the next
-    sequence's rows can) and gradients within budget, and the launch given CONSUMERS = 3."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONSUMERS", "3")
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    launches = gluon_launches(monkeypatch)
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
-    assert [meta["CONSUMERS"] for role, _, meta in launches if role == "fwd"] == [3]
-
-
 @pytest.mark.parametrize("scale,runs", [(None, True), (0.3, True), (1e-6, True), (0.0, False),
                                          (-0.125, False)])
 def test_positive_scales_only(monkeypatch, scale, runs):

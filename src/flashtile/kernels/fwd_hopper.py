@@ -113,6 +113,10 @@ Measured (H200; "time": kernel time, else throughput against the alternative):
   ``docs/experiments/causal-split-s26.patch`` (on e19f886);
 - three consumers at d=64 (192-row items, 64-key tiles): time -2% to +16%, slower at 4 of 6
   points (session 27); kept as ``docs/experiments/fwd-three-consumers-s25.patch`` (on 261084f);
+  with FA3's 128-key tiles (4 slots): time 1.62-1.83x at 2k-16k, both masks (H200, session 55):
+  Triton gives each warpgroup one register count and the loader's warp a warpgroup of its
+  own, so the second and third consumer get 160 and spill 61 of 514 instructions a tile
+  (``docs/experiments/fwd-three-consumers-s55.patch``, on 9b42472);
 - row max and sum as trees (halved inside each thread first): time +2% to +8% at 10 of 16
   points (session 28); K one tile ahead of V in the loader: -3% to +3.5%, +3.5% at d=128
   causal 512 (session 28); FA3's ping-pong through named barriers (inline ``bar.sync`` /
@@ -278,20 +282,16 @@ def _work_tile(w, n_work, n_tiles, CAUSAL: gl.constexpr, HEAVY_LAST: gl.constexp
 @gluon.jit
 def _work_block(w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS: gl.constexpr,
                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, CAUSAL: gl.constexpr,
-                GROUP: gl.constexpr = 1, RAGGED: gl.constexpr = False):
+                GROUP: gl.constexpr = 1):
     """Work item w's ROWS query rows of one (batch, head): (first row m0, batch, head, Q/O
     row and column in the folded views, K/V row and column, K/V tiles to visit, tiles before
-    the causal mask starts). ``RAGGED``: ROWS need not divide the sequence (three consumers,
-    :func:`consumers`), so a head's last item may reach past its end, and a causal item's
-    tiles stop at the last key."""
+    the causal mask starts)."""
     tile, bh = _work_tile(w, n_work, n_mtiles, CAUSAL, True, GROUP)
     off_b = bh // nheads
     off_h = bh % nheads
     m0 = tile * ROWS
     if CAUSAL:   # keys 0 .. m0 + ROWS - 1; tiles reaching past row m0 need the mask
         n_tiles = gl.cdiv(m0 + ROWS, BLOCK_N)
-        if RAGGED:
-            n_tiles = gl.minimum(n_tiles, seqlen_k // BLOCK_N)
         n_unmasked = m0 // BLOCK_N
     else:
         n_tiles = seqlen_k // BLOCK_N
@@ -318,12 +318,12 @@ def barriers(N: gl.constexpr, COUNT: gl.constexpr):
 
 
 @gluon.jit
-def _kv_ring_barriers(NUM_STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):
-    """The barriers of a CTA whose consumers (two, or three: :func:`consumers`) stream one
-    K/V ring (the forward, dQ): each consumer's Q barrier, and per slot K ready, V ready and
-    empty (free again once every consumer released it), initialised."""
-    return (barriers(CONSUMERS, 1), barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 1),
-            barriers(NUM_STAGES, CONSUMERS))
+def _kv_ring_barriers(NUM_STAGES: gl.constexpr):
+    """The barriers of a CTA whose two consumers stream one K/V ring (the forward, dQ): each
+    consumer's Q barrier, and per slot K ready, V ready and empty (free again once both
+    consumers released it), initialised."""
+    return (barriers(2, 1), barriers(NUM_STAGES, 1), barriers(NUM_STAGES, 1),
+            barriers(NUM_STAGES, 2))
 
 
 @gluon.jit
@@ -389,7 +389,7 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
                 group, seqlen_q, seqlen_k, n_mtiles, n_work, ROWS: gl.constexpr,
                 BLOCK_N: gl.constexpr, HEAD_D: gl.constexpr, NUM_STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, GROUP: gl.constexpr, k_desc2, v_desc2, k_smem2, v_smem2,
-                HEAD_D2: gl.constexpr, RAGGED: gl.constexpr = False):
+                HEAD_D2: gl.constexpr):
     """Loader partition of the forward: the K/V tiles of this program's work items
     (``program_id``, ``+ num_programs``, ...) through one ring, so the next item's first
     tiles load while the consumers finish the current one (and their second parts beside
@@ -398,7 +398,7 @@ def _load_works(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_emp
     for w in range(gl.program_id(0), n_work, gl.num_programs(0)):
         _, _, _, _, _, kv_row0, kv_col, n_tiles, _ = _work_block(
             w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, ROWS, BLOCK_N,
-            HEAD_D + HEAD_D2, CAUSAL, GROUP, RAGGED)
+            HEAD_D + HEAD_D2, CAUSAL, GROUP)
         _load_kv_ring(k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
                       kv_row0, kv_col, n_tiles, it, BLOCK_N, NUM_STAGES, k_desc2, v_desc2,
                       k_smem2, v_smem2)
@@ -680,14 +680,12 @@ def _pass_slot(k_ready, v_ready, k_empty, v_empty, r, NUM_STAGES: gl.constexpr):
 def _load_q(q_desc, q_smem, q_bar, w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
             HALF: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_D: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr, q_desc2=None,
-            q_smem2=None, HEAD_D2: gl.constexpr = 0, CONSUMERS: gl.constexpr = 2):
-    """Start loading this consumer's Q rows of work item w (part ``HALF`` of its
-    ``CONSUMERS`` parts; and their second part into ``q_smem2`` where the head dim is split:
-    ``HEAD_D2`` > 0). (Rows past a ragged item's sequence load too, from the next sequence or
-    as TMA's zeros past the tensor: :func:`_consume_in_turn` drops their results.)"""
+            q_smem2=None, HEAD_D2: gl.constexpr = 0):
+    """Start loading this consumer's Q rows of work item w (half ``HALF`` of its rows; and
+    their second part into ``q_smem2`` where the head dim is split: ``HEAD_D2`` > 0)."""
     _, _, _, q_row0, q_col, _, _, _, _ = _work_block(
-        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M, BLOCK_N,
-        HEAD_D + HEAD_D2, CAUSAL, GROUP, CONSUMERS == 3)
+        w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+        HEAD_D + HEAD_D2, CAUSAL, GROUP)
     _load_tile(q_desc, q_desc2, q_smem, q_smem2, q_row0 + HALF * BLOCK_M, q_col, q_bar)
 
 
@@ -699,10 +697,10 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
              CAUSAL: gl.constexpr, GROUP: gl.constexpr, O_IN_P: gl.constexpr,
              O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr, q_desc2, o_desc2, q_smem2, o_smem2,
              k_smem2, v_smem2, HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-             NEXT_S0: gl.constexpr, CONSUMERS: gl.constexpr = 2):
-    """Consumer partition (one warpgroup) ``HALF`` of ``CONSUMERS``: :func:`_consume_ahead`
-    where ``NEXT_S0`` (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
-    :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold one per consumer)."""
+             NEXT_S0: gl.constexpr):
+    """Consumer partition (one warpgroup) ``HALF``: :func:`_consume_ahead` where ``NEXT_S0``
+    (its two Q tiles of ``q_smem`` and barriers of ``q_bar``: 4 each), else
+    :func:`_consume_in_turn` (one: ``q_smem`` and ``q_bar`` hold 2)."""
     if NEXT_S0:
         _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_ready,
                        v_ready, k_empty, v_empty, LSE, stride_lse_b, stride_lse_h, nheads,
@@ -714,8 +712,7 @@ def _consume(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem, k_re
                          stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
                          n_mtiles, n_work, qk_scale, HALF, BLOCK_M, BLOCK_N, HEAD_D,
                          NUM_STAGES, CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q_desc2,
-                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS,
-                         CONSUMERS)
+                         o_desc2, q_smem2, o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS)
 
 
 @gluon.jit
@@ -726,8 +723,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                      NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, GROUP: gl.constexpr,
                      O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                      q_desc2, o_desc2, q_smem2, o_smem2, k_smem2, v_smem2,
-                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr,
-                     CONSUMERS: gl.constexpr = 2):
+                     HEAD_D2: gl.constexpr, P_REGS: gl.constexpr):
     """A consumer whose items each start with S_0 (:func:`_consume`): for each of this program's
     work items, half ``HALF`` (BLOCK_M query rows) of its rows over its K/V tiles (tiles from
     ``n_unmasked`` on get the causal mask), read from the ring in the loader's order. Writes
@@ -766,23 +762,16 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
         o2_layout: gl.constexpr = None
 
     _load_q(q_desc, q_smem, q_bar, first, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k,
-            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2, CONSUMERS)
+            HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2, HEAD_D2)
     it = 0          # K/V tiles read from the ring so far
     t = 0           # work items done so far (Q's barrier phase)
     for w in range(first, n_work, step):
         m0, off_b, off_h, q_row0, q_col, _, _, n_tiles, n_unmasked = _work_block(
-            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, CONSUMERS * BLOCK_M,
-            BLOCK_N, HEAD_D + HEAD_D2, CAUSAL, GROUP, CONSUMERS == 3)
+            w, n_work, n_mtiles, nheads, group, seqlen_q, seqlen_k, 2 * BLOCK_M, BLOCK_N,
+            HEAD_D + HEAD_D2, CAUSAL, GROUP)
         n_all = n_tiles                 # the item's tiles (the ring's count)
         n_tiles, n_unmasked = _own_tiles(m0, n_all, n_unmasked, HALF, BLOCK_M, BLOCK_N,
                                          CAUSAL)        # this consumer's
-        if CONSUMERS == 3:
-            # A ragged item's part past the sequence reads one tile (its results are dropped)
-            # and passes the others' slots; a part inside it reads its own tiles
-            live = (m0 + HALF * BLOCK_M < seqlen_q).to(gl.int32)
-            n_tiles = gl.minimum(n_tiles, n_all) * live + (1 - live)
-        else:
-            live = 1
         mbarrier.wait(q_bar, t & 1)
         m_i, l_i, rows, s_zero, s_0, acc = _start(q_smem, k_smem, k_ready, it,
                                                   m0 + HALF * BLOCK_M, BLOCK_M, BLOCK_N,
@@ -799,7 +788,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
         if n_tiles == 1 and more and not O_IN_Q:    # S_0 was this Q's last S: load the next
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                     seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                    q_desc2, q_smem2, HEAD_D2, CONSUMERS)
+                    q_desc2, q_smem2, HEAD_D2)
         if P_REGS:
             anchor = p_smem.index(HALF)     # (see _rs_softmax)
             p, m_i, alpha, l_i = _softmax_tile(s_0, m_i, l_i, rows, 0, n_unmasked, qk_scale,
@@ -819,7 +808,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                                              k_empty, v_empty, s_zero, acc, m_i, l_i, rows,
                                              n_tiles, n_unmasked, qk_scale, it, anchor,
                                              NUM_STAGES, BLOCK_N, CAUSAL, o_layout, p_layout,
-                                             CONSUMERS == 2)
+                                             True)
             if n_tiles > 1:             # (peeled: its S is this Q's last)
                 j = n_tiles - 2
                 if HEAD_D2 > 0:
@@ -832,7 +821,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 if more and not O_IN_Q:
                     _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                             seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                            q_desc2, q_smem2, HEAD_D2, CONSUMERS)
+                            q_desc2, q_smem2, HEAD_D2)
                 if HEAD_D2 > 0:
                     p, acc, m_i, l_i, acc2 = _rs_softmax(
                         s, p, acc, m_i, l_i, rows, j + 1, n_unmasked, qk_scale, v_empty,
@@ -892,7 +881,7 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 if more and not O_IN_Q:     # every S has read this Q: load the next item's
                     _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group,
                             seqlen_q, seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP,
-                            q_desc2, q_smem2, HEAD_D2, CONSUMERS)
+                            q_desc2, q_smem2, HEAD_D2)
                 acc = _pv(p_smem.index(P0 + j % 2), v_smem, v_ready, acc, it + j, NUM_STAGES)
                 if HEAD_D2 > 0:
                     acc2 = _pv_part(p_smem.index(P0 + j % 2), v_smem2, acc2, it + j, NUM_STAGES)
@@ -918,17 +907,16 @@ def _consume_in_turn(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_sm
                 acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index((it + j) % NUM_STAGES), count=1)
         lse_row = LSE + off_b * stride_lse_b + off_h * stride_lse_h + rows
-        if live != 0:                   # (three consumers: rows past the sequence are dropped)
-            _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
-                       dtype, o_layout, acc2, o_smem2, o_desc2, o2_layout)
-        if _skips(CAUSAL, BLOCK_M, BLOCK_N) or CONSUMERS == 3:
-            for j in range(n_tiles, n_all):     # tiles this consumer does not read
+        _write_out(acc, m_i, l_i, lse_row, o_smem, o_desc, q_row0 + HALF * BLOCK_M, q_col,
+                   dtype, o_layout, acc2, o_smem2, o_desc2, o2_layout)
+        if _skips(CAUSAL, BLOCK_M, BLOCK_N):    # tiles wholly above this consumer's diagonal
+            for j in range(n_tiles, n_all):
                 _pass_slot(k_ready, v_ready, k_empty, v_empty, it + j, NUM_STAGES)
         if O_IN_Q and more:             # the next item's Q, once O has left its tile
             tma.store_wait(0)
             _load_q(q_desc, q_smem, q_bar, w + step, n_work, n_mtiles, nheads, group, seqlen_q,
                     seqlen_k, HALF, BLOCK_M, BLOCK_N, HEAD_D, CAUSAL, GROUP, q_desc2, q_smem2,
-                    HEAD_D2, CONSUMERS)
+                    HEAD_D2)
         it += n_all
         t += 1
     tma.store_wait(0)
@@ -1048,28 +1036,20 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
                        CONSUMER_REGS: gl.constexpr, GROUP: gl.constexpr,
                        O_IN_P: gl.constexpr, O_IN_Q: gl.constexpr, EARLY_S1: gl.constexpr,
                        HEAD_D2: gl.constexpr = 0, P_REGS: gl.constexpr = False,
-                       NEXT_S0: gl.constexpr = False, CONSUMERS: gl.constexpr = 2):
+                       NEXT_S0: gl.constexpr = False):
     # A program takes work items program_id, + num_programs, ... (n_work in all; a grid of
-    # n_work programs: one each): CONSUMERS * BLOCK_M query rows of one (batch, head) apiece.
+    # n_work programs: one each): 2 * BLOCK_M query rows of one (batch, head) apiece.
     # HEAD_D2 > 0: the head dim is split (HEAD_D + HEAD_D2 columns; the *_desc2 descriptors
     # read the second part), else the *_desc2 are None. P_REGS: P in registers (no P buffers).
     # NEXT_S0 (:func:`next_s0`): two Q tiles per consumer (:func:`_consume_ahead`).
-    # CONSUMERS (:func:`consumers`): 3 consumers of BLOCK_M rows each (FlashAttention-3's
-    # 192-row items at d=64), P in registers, a whole head dim, O apart, S_0 in its turn
-    if CONSUMERS == 3:
-        gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q or NEXT_S0
-                                                          or EARLY_S1),
-                         "three consumers: P in registers, a whole head dim, O apart, S_0 in "
-                         "its turn")
-    q_smem = gl.allocate_shared_memory(q_desc.dtype,
-                                       [2 * CONSUMERS if NEXT_S0 else CONSUMERS, BLOCK_M,
-                                        HEAD_D], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [4 if NEXT_S0 else 2, BLOCK_M, HEAD_D],
+                                       q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [NUM_STAGES, BLOCK_N, HEAD_D], v_desc.layout)
     if P_REGS:      # no P buffers: each consumer's row sums (see _rs_softmax)
         gl.static_assert(not (O_IN_P or EARLY_S1),
                          "P in registers: no O through P, no early S_1")
-        p_smem = gl.allocate_shared_memory(gl.float32, [CONSUMERS, BLOCK_M],
+        p_smem = gl.allocate_shared_memory(gl.float32, [2, BLOCK_M],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
         p_smem = gl.allocate_shared_memory(q_desc.dtype, [4, BLOCK_M, BLOCK_N],
@@ -1081,8 +1061,7 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
         o0 = q_smem.index(0)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
         o1 = q_smem.index(1)._reinterpret(o_desc.dtype, [BLOCK_M, HEAD_D], o_desc.layout)
     else:
-        o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS, BLOCK_M, HEAD_D],
-                                           o_desc.layout)
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, BLOCK_M, HEAD_D], o_desc.layout)
         o0, o1 = o_smem.index(0), o_smem.index(1)
     if HEAD_D2 > 0:     # the second part's tiles (O: apart, or in the second part's Q tiles)
         gl.static_assert(not O_IN_P, "a split head dim's O cannot leave through P buffers")
@@ -1107,58 +1086,31 @@ def _fwd_hopper_kernel(q_desc, k_desc, v_desc, o_desc, q_desc2, k_desc2, v_desc2
         k2_desc: gl.constexpr = None
         v2_desc: gl.constexpr = None
         o2_desc: gl.constexpr = None
-    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES, CONSUMERS)
-    k_empty = barriers(NUM_STAGES, CONSUMERS)   # K freed apart from V (see _load_kv_ring)
+    q_bar, k_ready, v_ready, v_empty = _kv_ring_barriers(NUM_STAGES)
+    k_empty = barriers(NUM_STAGES, 2)       # K freed apart from V (see _load_kv_ring)
     if NEXT_S0:     # (two Q tiles per consumer: four Q barriers, the ring's two unused)
         gl.static_assert(P_REGS and HEAD_D2 == 0 and not (O_IN_P or O_IN_Q),
                          "S_0 ahead: P in registers, a whole head dim, O apart")
         q_bar = barriers(4, 1)
 
-    if CONSUMERS == 3:      # (a third consumer: the same partition with HALF = 2; Gluon takes
-        # no list built in a variable, hence the two calls)
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
-                        n_mtiles, n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                        CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2,
-                        o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0, CONSUMERS)),
-            (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
-                        n_mtiles, n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                        CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2,
-                        o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0, CONSUMERS)),
-            (_consume, (q_desc, o_desc, q_smem, o_smem.index(2), p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
-                        n_mtiles, n_work, qk_scale, 2, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                        CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2,
-                        o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0, CONSUMERS)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work,
-                           CONSUMERS * BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
-                           k2_desc, v2_desc, k_smem2, v_smem2, HEAD_D2, True)),
-        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, 24])
-    else:
-        gl.warp_specialize([
-            (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
-                        n_mtiles, n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                        CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2,
-                        o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
-            (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
-                        q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
-                        stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k,
-                        n_mtiles, n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES,
-                        CAUSAL, GROUP, O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2,
-                        o_smem2, k_smem2, v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
-            (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
-                           nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
-                           BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc,
-                           k_smem2, v_smem2, HEAD_D2)),
-        ], [4, 1], [CONSUMER_REGS, 24])
+    gl.warp_specialize([
+        (_consume, (q_desc, o_desc, q_smem, o0, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 0, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_consume, (q_desc, o_desc, q_smem, o1, p_smem,
+                    q_bar, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, LSE,
+                    stride_lse_b, stride_lse_h, nheads, group, seqlen_q, seqlen_k, n_mtiles,
+                    n_work, qk_scale, 1, BLOCK_M, BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP,
+                    O_IN_P, O_IN_Q, EARLY_S1, q2_desc, o2_desc, q_smem2, o_smem2, k_smem2,
+                    v_smem2, HEAD_D2, P_REGS, NEXT_S0)),
+        (_load_works, (k_desc, v_desc, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty,
+                       nheads, group, seqlen_q, seqlen_k, n_mtiles, n_work, 2 * BLOCK_M,
+                       BLOCK_N, HEAD_D, NUM_STAGES, CAUSAL, GROUP, k2_desc, v2_desc, k_smem2,
+                       v_smem2, HEAD_D2)),
+    ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
@@ -1166,33 +1118,6 @@ def env_config(module: str, configs: dict, d: int) -> tuple[int, int, int, int]:
     config override when it is set (:data:`.common.GLUON_SWITCHES`; for sweeps)."""
     text = getenv(GLUON_SWITCHES[module][2])
     return tuple(int(x) for x in text.split(",")) if text else configs[d]
-
-
-# Three consumers (:func:`consumers`): FlashAttention-3's d=64 shape, 64 rows each and
-# 128-key tiles, 4 slots (181 KB of shared memory). Triton pads the loader's warp to a
-# warpgroup and gives each warpgroup one register count (24 for the loader's), and the default
-# partition (the first consumer) what the others leave of 64K: at 160 for the second and
-# third it gets 168 (at 168, 152, and its wgmma are serialised, C7512). Offline (session 55,
-# sm_90a, d=64 unmasked 4k): the first consumer's tile loop spills 6 of 459 instructions a
-# trip, the others' (160) 61 of 514; P V one tile a trip (two, ``PAIRS``, spill far more).
-# Session 25's 64-key tiles x 6 slots compiled clean and measured 2-16% slower at 4 of 6
-# points (session 27: ``FLASHTILE_GLUON_FWD_CONFIG=64,64,6,160``).
-_CONFIGS3 = {64: (64, 128, 4, 160)}
-MAX_REGS3 = 168
-
-
-def consumers(d: int) -> int:
-    """How many consumer warpgroups share a work item's K/V tiles (the kernel's
-    ``CONSUMERS``): 2 (items of 2 x 64 query rows), or with ``FLASHTILE_GLUON_FWD_CONSUMERS=3``
-    at d=64, 3 (FlashAttention-3's 192-row items at d=64: a consumer's softmax overlaps two
-    others' products, where at d=64 it takes as long as one consumer's products; offline
-    SASS, session 25). Opt-in; its 128-key tiles (:data:`_CONFIGS3`) unmeasured. With 3, the
-    query length need only be a multiple of 64: a head's last item may reach past the
-    sequence, and its parts there read one tile and store nothing."""
-    text = getenv("FLASHTILE_GLUON_FWD_CONSUMERS", "").strip()
-    if text not in ("", "2", "3"):
-        raise ValueError(f"FLASHTILE_GLUON_FWD_CONSUMERS must be 2 or 3 (unset: 2), got {text!r}")
-    return 3 if text == "3" and d in _CONFIGS3 and p_in_registers(d) else 2
 
 
 def config(d: int, seqlen_k: int, causal: bool = False) -> tuple[int, int, int, int]:
@@ -1205,16 +1130,10 @@ def config(d: int, seqlen_k: int, causal: bool = False) -> tuple[int, int, int, 
     if d in _NARROW and (seqlen_k % _CONFIGS[d][1]
                          or (causal and seqlen_k <= NARROW_CAUSAL_UPTO)):
         configs = {**_CONFIGS, d: _NARROW[d]}
-    if consumers(d) == 3:
-        configs = _CONFIGS3
     rows, keys, stages, regs = env_config("fwd_hopper", configs, d)
     if stages < 2:
         raise ValueError(f"FLASHTILE_GLUON_FWD_CONFIG: the Gluon forward needs at least 2 ring "
                          f"slots (it holds K_j and K_(j+1)), got {stages}")
-    if consumers(d) == 3 and regs > MAX_REGS3:
-        raise ValueError(f"FLASHTILE_GLUON_FWD_CONFIG: three consumers have at most "
-                         f"{MAX_REGS3} registers a thread (three warpgroups and the loader in "
-                         f"64K), got {regs}; lower it or unset FLASHTILE_GLUON_FWD_CONSUMERS")
     return rows, keys, stages, regs
 
 
@@ -1318,8 +1237,7 @@ def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params) -> bool:
     if switch == "auto" and not ahead(q.shape[3], causal(params), k.shape[1]):
         return False
     rows, keys = config(q.shape[3], k.shape[1], causal(params))[:2]
-    item_rows = rows if consumers(q.shape[3]) == 3 else 2 * rows    # (3: ragged items)
-    return q.shape[1] % item_rows == 0 and k.shape[1] % keys == 0
+    return q.shape[1] % (2 * rows) == 0 and k.shape[1] % keys == 0
 
 
 def ahead(d: int, is_causal: bool, seqlen_k: int) -> bool:
@@ -1470,8 +1388,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
     block_m, block_n, stages, regs = config(d, sk, causal(params))
     p_regs = p_in_registers(d)
     p_tiles = 0 if p_regs else 4
-    n_cons = consumers(d)
-    n_mtiles = -(-sq // (n_cons * block_m))     # (three consumers: the last item may be ragged)
+    n_mtiles = sq // (2 * block_m)
     n_work = n_mtiles * b * hq
     grid = programs(n_work, q.device, "FLASHTILE_GLUON_FWD_PERSISTENT", True)
     group = causal_window(causal_group(n_mtiles, SINGLE_UPTO[d]), n_mtiles, b * hq,
@@ -1492,11 +1409,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, params, out: torc
              HEAD_D2=head_parts(d)[1], NUM_STAGES=stages,
              CAUSAL=causal(params), CONSUMER_REGS=regs, num_warps=4,
              GROUP=group,
-             O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles) and n_cons == 2,
-             O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles) and n_cons == 2,
+             O_IN_P=o_in_p(block_m, block_n, stages, d, p_tiles),
+             O_IN_Q=o_in_q(block_m, block_n, stages, d, p_tiles),
              EARLY_S1=early_s1(d, causal(params)) and not p_regs, P_REGS=p_regs,
-             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params), sk) and n_cons == 2,
-             CONSUMERS=n_cons),
+             NEXT_S0=next_s0(d, block_m, block_n, stages, causal(params), sk)),
         part_descriptor, "fwd",
-        f"gluon {n_cons * block_m}x{block_n}/{stages}s"
-        + (f" window {-group}" if group < 0 else ""))
+        f"gluon {2 * block_m}x{block_n}/{stages}s" + (f" window {-group}" if group < 0 else ""))
