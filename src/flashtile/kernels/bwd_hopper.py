@@ -1034,11 +1034,12 @@ def claimed_grid(n_work: int, device: torch.device, count,
     ``FLASHTILE_GLUON_BWD_CLAIM_MID=1`` asks for each claim after its item's first load
     (:func:`_load_claimed`; opt-in). Why that: the loader waits for a claim's atomic, and
     where the claim stands between two items' loads the wait holds back the next item's first
-    tile. Measured (H200, session 55, bf16, two alternating rounds, dK/dV kernel time over one
-    program per item): at d=64 causal 2k / 4k the claimed grid 1.121x / 1.166x, claimed mid
-    1.071x / 1.074x, so the claim's wait was about half the loss and the double-buffered grid
-    the rest; in the rows kernel at d=128 causal 2k / 16k, mid over its default claims
-    1.027x / 1.012x. Neither is a default."""
+    tile. Measured (H200, session 55, bf16, dK/dV kernel time): at d=64 causal 2k / 4k over
+    one program per item (one round of each variant between two of it), the claimed grid
+    1.121x / 1.166x, claimed mid 1.071x / 1.074x, so the claim's wait was about half the loss
+    and the double-buffered grid the rest; in the rows kernel at d=128 causal 2k / 16k (two
+    alternating rounds), mid over its default claims 1.027x / 1.012x. Neither is a
+    default."""
     if count is None:
         return fwd_hopper.programs(n_work, device, "FLASHTILE_GLUON_BWD_PERSISTENT",
                                    persistent), False
