@@ -582,6 +582,55 @@ def test_next_s0_by_default(monkeypatch, d, seqlen, causal, ahead):
     assert [meta["NEXT_S0"] for role, _, meta in seen] == [ahead]
 
 
+def test_half_diagonal_rule(monkeypatch):
+    """:func:`fwd_hopper.half_diagonal` (``FLASHTILE_GLUON_FWD_HALF_DIAG``, opt-in): only with
+    ``1``, causal, S_0 ahead and tiles twice a consumer's rows wide; ``0`` and unset off;
+    anything else refused. The launch gets it at d=64 causal 2k and d=128 causal 1k (128-key
+    tiles), not unmasked nor at d=128 causal 512 (64-key tiles, which skip such tiles whole),
+    and its label says so. Runs on the CPU: the launch is captured, not made."""
+    for name in ("FLASHTILE_GLUON_FWD_HALF_DIAG", "FLASHTILE_GLUON_FWD_NEXT_S0",
+                 "FLASHTILE_GLUON_FWD_P_REGS", "FLASHTILE_GLUON_FWD_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    assert not fwd_hopper.half_diagonal(64, 128, True, True)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_HALF_DIAG", "1")
+    assert fwd_hopper.half_diagonal(64, 128, True, True)
+    assert not fwd_hopper.half_diagonal(64, 128, False, True)      # unmasked
+    assert not fwd_hopper.half_diagonal(64, 128, True, False)      # S_0 in its turn
+    assert not fwd_hopper.half_diagonal(64, 64, True, True)        # 64-key tiles
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_HALF_DIAG", "0")
+    assert not fwd_hopper.half_diagonal(64, 128, True, True)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_HALF_DIAG", "half")
+    with pytest.raises(ValueError, match="FLASHTILE_GLUON_FWD_HALF_DIAG"):
+        fwd_hopper.half_diagonal(64, 128, True, True)
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_HALF_DIAG", "1")
+    seen = gluon_launches(monkeypatch, run=False, full=True)
+    for d, seqlen, causal, half in ((64, 2048, True, True), (128, 1024, True, True),
+                                    (64, 2048, False, False), (128, 512, True, False)):
+        q = torch.randn(1, seqlen, 2, d, dtype=torch.bfloat16)
+        params, _ = _flash_params(q, q, q, 0.0, None, causal, (-1, -1), 0.0, None, False)
+        fwd_hopper.forward(q, q, q, params, torch.empty_like(q), torch.empty(1, 2, seqlen))
+        ((*_, meta, _, _, label),) = seen
+        seen.clear()
+        assert (meta["HALF_DIAG"], label.endswith(" half-diag")) == (half, half)
+
+
+@gluon_cases_over([(2, 2048, 4, 4, 64), (2, 1024, 8, 2, 128), (1, 256, 2, 2, 64),
+                   (4, 1024, 16, 4, 64)])
+def test_half_diagonal(gluon_calls, monkeypatch, shape, causal, dtype):
+    """``FLASHTILE_GLUON_FWD_HALF_DIAG=1``: the first consumer's diagonal tile over its first 64
+    keys (causal; unmasked runs as before): items of 1 to 16 tiles (an item of one tile keeps
+    its whole S_0), d=64 and d=128, GQA, and 512 items over the SMs (up to four a program,
+    each Q buffer used twice). Outputs (NaN-poisoned before the launch) and gradients within
+    budget, and the launch given HALF_DIAG where causal."""
+    monkeypatch.setenv("FLASHTILE_GLUON_FWD_HALF_DIAG", "1")
+    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
+    launches = gluon_launches(monkeypatch)
+    b, s, hq, hkv, d = shape
+    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
+    assert len(gluon_calls) == 1
+    assert [meta["HALF_DIAG"] for role, _, meta in launches if role == "fwd"] == [causal]
+
+
 @pytest.mark.parametrize("config,where", [
     ((64, 128, 2, 128), "p"), ((64, 64, 4, 128), "apart"), ((64, 128, 4, 64), "apart"),
     ((64, 64, 2, 256), "q"), ((64, 32, 4, 256), "q"), ((64, 32, 3, 256), "q"),
