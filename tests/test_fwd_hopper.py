@@ -462,11 +462,11 @@ def test_p_in_registers_o_through_q(gluon_calls, monkeypatch, shape, causal, dty
 
 
 def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variable, value,
-                 meta_key):
+                 meta_key, expect=None):
     """One checked call of the Gluon forward (``test_kernels.check``: outputs NaN-poisoned
     before the launch, gradients) with its config (``FLASHTILE_GLUON_FWD_CONFIG``; None: the
     default) and a schedule switch ``variable`` set to ``value``; the launch's ``meta_key``
-    must follow the switch."""
+    must follow the switch (``value == "1"``, or ``expect`` where given)."""
     monkeypatch.setenv(variable, value)
     if config:
         monkeypatch.setenv("FLASHTILE_GLUON_FWD_CONFIG", config)
@@ -476,7 +476,8 @@ def _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, config, variabl
     b, s, hq, hkv, d = shape
     check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
     assert len(gluon_calls) == 1
-    assert [meta[meta_key] for role, _, meta in launches if role == "fwd"] == [value == "1"]
+    expect = value == "1" if expect is None else expect
+    assert [meta[meta_key] for role, _, meta in launches if role == "fwd"] == [expect]
 
 
 def _p_operand_case(gluon_calls, monkeypatch, shape, causal, dtype, config, p_regs):
@@ -622,13 +623,8 @@ def test_half_diagonal(gluon_calls, monkeypatch, shape, causal, dtype):
     its whole S_0), d=64 and d=128, GQA, and 512 items over the SMs (up to four a program,
     each Q buffer used twice). Outputs (NaN-poisoned before the launch) and gradients within
     budget, and the launch given HALF_DIAG where causal."""
-    monkeypatch.setenv("FLASHTILE_GLUON_FWD_HALF_DIAG", "1")
-    monkeypatch.delenv("FLASHTILE_GLUON_FWD_CONFIG", raising=False)
-    launches = gluon_launches(monkeypatch)
-    b, s, hq, hkv, d = shape
-    check(b, s, s, hq, hkv, d, d, dtype, causal=causal)
-    assert len(gluon_calls) == 1
-    assert [meta["HALF_DIAG"] for role, _, meta in launches if role == "fwd"] == [causal]
+    _switch_case(gluon_calls, monkeypatch, shape, causal, dtype, None,
+                 "FLASHTILE_GLUON_FWD_HALF_DIAG", "1", "HALF_DIAG", expect=causal)
 
 
 @pytest.mark.parametrize("config,where", [
