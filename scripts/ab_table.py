@@ -80,7 +80,8 @@ def print_split(rows: list) -> None:
         for split in row.get("kernel_split_rounds") or ():
             by_name: dict = {}
             for name, ms in split.items():
-                by_name[short(name)] = by_name.get(short(name), 0.0) + ms * 1e3
+                key = short(name)
+                by_name[key] = by_name.get(key, 0.0) + ms * 1e3
             for name, us in by_name.items():
                 tables.setdefault(name, {}).setdefault(variant, {}).setdefault(point, []).append(us)
     names = list(tables)

@@ -23,8 +23,10 @@ Notation:
 - ``P_REGS`` (:func:`p_in_registers`): P in registers as P V's A operand, else in two shared P
   buffers per consumer (d=256: O's 128 registers leave no room); ``EARLY_S1`` (:func:`early_s1`):
   S_1 before an item's first softmax, P buffers only; ``NEXT_S0`` (:func:`next_s0`): S_0 before
-  the previous item's epilogue; ``O_IN_P``, ``O_IN_Q`` (:func:`o_in_p`, :func:`o_in_q`): O leaves
-  through the consumer's second P buffer or its Q tile (neither: O tiles of its own);
+  the previous item's epilogue (``HALF_DIAG``, :func:`half_diagonal`: the first consumer's
+  diagonal tile over its first BLOCK_N / 2 keys, opt-in); ``O_IN_P``, ``O_IN_Q``
+  (:func:`o_in_p`, :func:`o_in_q`): O leaves through the consumer's second P buffer or its Q
+  tile (neither: O tiles of its own);
 - the *loader* (one warp, 24 registers, :func:`_load_works`) streams K/V tiles by TMA into the
   *ring*; two *consumers* (a warpgroup each, ``HALF`` 0/1, :func:`_consume`) own BLOCK_M rows each
   and both read every slot; per slot ``k_ready``, ``v_ready`` (S may start before V lands) and
