@@ -4,11 +4,14 @@
 # warpgroup, 168 registers for each of three consumers; session 55's build with the loader
 # spilled 61 of 514 instructions a trip at 160 and ran 1.62-1.83x main's time). Applies
 # docs/experiments/fwd-three-consumers-fed-s56.patch to the device's copy, then:
-# 1. GPU tests of three consumers (fed where unmasked, the loader where causal or =0), -n 6;
-# 2. A/B forward, bf16, kernel sums, 2 rounds, d=64 unmasked 512/2k/4k/16k: main against
-#    FLASHTILE_GLUON_FWD_CONSUMERS=3 (fed). Prediction: level to 5% faster from 2k (FA3's
-#    reason for the shape: two consumers' products under each softmax); 512 slower (items of
-#    192 rows, 3 items per head there, the last ragged).
+# 1. GPU tests of three consumers (fed from 2 tiles an item, the loader with =0 or 1 tile),
+#    -n 6;
+# 2. A/B forward, bf16, kernel sums, 2 rounds, d=64 512/2k/4k/16k, both masks: main against
+#    FLASHTILE_GLUON_FWD_CONSUMERS=3 (fed). Prediction: unmasked level to 5% faster from 2k
+#    (FA3's reason for the shape: two consumers' products under each softmax); causal slower
+#    at 512-2k (every consumer reads all of its item's tiles, the first one's last fully
+#    masked, and the loops spill 11-16 instructions a trip); 512 slower either way (items of
+#    192 rows, 3 per head there, the last ragged).
 #   export OUT; bash docs/results/2026-12-07-s56-next/call.sh
 export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
 git apply docs/experiments/fwd-three-consumers-fed-s56.patch || { echo "patch failed"; exit 1; }
@@ -19,7 +22,7 @@ grep -E "^FAILED|^ERROR|Timeout" $OUT/tests.log | head
 mkdir -p $OUT/fed
 (OUT=$OUT/fed AB_BUDGET=$(( 420 - (SECONDS - T0) )) AB_ROUNDS=2 AB_TIMEOUT=40 AB_COMPILE_S=30 \
   AB_ENVS="FLASHTILE_GLUON_FWD_CONSUMERS=3" \
-  AB_CMD="python3 -m flashtile bench --providers flashtile --no-plot --kernel-times --mode fwd --headdims 64 --seqlens 512,2k,4k,16k --causal no" \
+  AB_CMD="python3 -m flashtile bench --providers flashtile --no-plot --kernel-times --mode fwd --headdims 64 --seqlens 512,2k,4k,16k --causal both" \
   bash scripts/gpu_session.sh ab > /dev/null 2>&1)
 grep -v "^[│-]" $OUT/fed/ab.log | head -30
 echo "elapsed $((SECONDS - T0)) s"
