@@ -1,5 +1,5 @@
 # Prepared in session 56 (no device was lent) for the next session's second device call
-# (~400 s; the first is docs/results/2026-12-07-s55-next/call.sh, still unrun).
+# (~480 s; the first is docs/results/2026-12-07-s55-next/call.sh, still unrun).
 # FlashAttention-3's d=64 shape with the first consumer loading the ring (no loader
 # warpgroup, 168 registers for each of three consumers; session 55's build with the loader
 # spilled 61 of 514 instructions a trip at 160 and ran 1.62-1.83x main's time). Applies
@@ -15,12 +15,12 @@
 #   export OUT; bash docs/results/2026-12-07-s56-next/call.sh
 export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
 git apply docs/experiments/fwd-three-consumers-fed-s56.patch || { echo "patch failed"; exit 1; }
-timeout -s INT 150 python3 -m pytest -q -rf -n 6 -p no:cacheprovider --junitxml=$OUT/tests.xml \
+timeout -s INT 200 python3 -m pytest -q -rf -n 6 -p no:cacheprovider --junitxml=$OUT/tests.xml \
   tests/test_fwd_hopper.py -k "three_consumers" > $OUT/tests.log 2>&1
 echo "tests rc $?: $(tail -1 $OUT/tests.log) at $((SECONDS - T0)) s"
 grep -E "^FAILED|^ERROR|Timeout" $OUT/tests.log | head
 mkdir -p $OUT/fed
-(OUT=$OUT/fed AB_BUDGET=$(( 420 - (SECONDS - T0) )) AB_ROUNDS=2 AB_TIMEOUT=40 AB_COMPILE_S=30 \
+(OUT=$OUT/fed AB_BUDGET=$(( 470 - (SECONDS - T0) )) AB_ROUNDS=2 AB_TIMEOUT=60 AB_COMPILE_S=40 \
   AB_ENVS="FLASHTILE_GLUON_FWD_CONSUMERS=3" \
   AB_CMD="python3 -m flashtile bench --providers flashtile --no-plot --kernel-times --mode fwd --headdims 64 --seqlens 512,2k,4k,16k --causal both" \
   bash scripts/gpu_session.sh ab > /dev/null 2>&1)
