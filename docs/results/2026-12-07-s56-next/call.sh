@@ -8,10 +8,9 @@
 #    -n 6;
 # 2. A/B forward, bf16, kernel sums, 2 rounds, d=64 512/2k/4k/16k, both masks: main against
 #    FLASHTILE_GLUON_FWD_CONSUMERS=3 (fed). Prediction: unmasked level to 5% faster from 2k
-#    (FA3's reason for the shape: two consumers' products under each softmax); causal slower
-#    at 512-2k (every consumer reads all of its item's tiles, the first one's last fully
-#    masked, and the loops spill 11-16 instructions a trip); 512 slower either way (items of
-#    192 rows, 3 per head there, the last ragged).
+#    (FA3's reason for the shape: two consumers' products under each softmax); causal level
+#    to 3% slower (its loops spill 11-16 instructions a trip); 512 slower either way (items
+#    of 192 rows, 3 per head there, the last ragged).
 #   export OUT; bash docs/results/2026-12-07-s56-next/call.sh
 export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
 git apply docs/experiments/fwd-three-consumers-fed-s56.patch || { echo "patch failed"; exit 1; }
