@@ -14,17 +14,11 @@ timeout -s INT 120 python3 -m pytest -q -rf -n 6 -p no:cacheprovider --junitxml=
   tests/test_fwd_hopper.py -k "half_diagonal or test_next_s0" > $OUT/tests.log 2>&1
 echo "tests rc $?: $(tail -1 $OUT/tests.log) at $((SECONDS - T0)) s"
 grep -E "^FAILED|^ERROR" $OUT/tests.log | head
-ab() {  # ab NAME BUDGET ENVS BENCH-ARGS
-  mkdir -p $OUT/$1
-  (OUT=$OUT/$1 AB_BUDGET=$2 AB_ROUNDS=2 AB_TIMEOUT=40 AB_COMPILE_S=30 AB_ENVS="$3" \
-    AB_CMD="python3 -m flashtile bench --providers flashtile --no-plot --kernel-times $4" \
-    bash scripts/gpu_session.sh ab > /dev/null 2>&1)
-  grep -v "^[│-]" $OUT/$1/ab.log | head -30; echo "($1 done at $((SECONDS - T0)) s)"
-}
-ab d64 150 "FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
+source scripts/ab_bench.sh
+ab_bench d64 150 "FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
   "--mode fwd --headdims 64 --seqlens 2k,4k,16k --causal yes"
-ab d128 100 "FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
+ab_bench d128 100 "FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
   "--mode fwd --headdims 128 --seqlens 1k,4k --causal yes"
-ab short $(( 440 - (SECONDS - T0) )) "FLASHTILE_GLUON_FWD=1;FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
+ab_bench short $(( 440 - (SECONDS - T0) )) "FLASHTILE_GLUON_FWD=1;FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
   "--mode fwd --headdims 64 --seqlens 512,1k --causal yes"
 echo "elapsed $((SECONDS - T0)) s"

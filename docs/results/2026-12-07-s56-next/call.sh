@@ -18,10 +18,8 @@ timeout -s INT 200 python3 -m pytest -q -rf -n 6 -p no:cacheprovider --junitxml=
   tests/test_fwd_hopper.py -k "three_consumers" > $OUT/tests.log 2>&1
 echo "tests rc $?: $(tail -1 $OUT/tests.log) at $((SECONDS - T0)) s"
 grep -E "^FAILED|^ERROR|Timeout" $OUT/tests.log | head
-mkdir -p $OUT/fed
-(OUT=$OUT/fed AB_BUDGET=$(( 470 - (SECONDS - T0) )) AB_ROUNDS=2 AB_TIMEOUT=60 AB_COMPILE_S=40 \
-  AB_ENVS="FLASHTILE_GLUON_FWD_CONSUMERS=3" \
-  AB_CMD="python3 -m flashtile bench --providers flashtile --no-plot --kernel-times --mode fwd --headdims 64 --seqlens 512,2k,4k,16k --causal both" \
-  bash scripts/gpu_session.sh ab > /dev/null 2>&1)
-grep -v "^[│-]" $OUT/fed/ab.log | head -30
+source scripts/ab_bench.sh
+AB_TIMEOUT=60 AB_COMPILE_S=40
+ab_bench fed $(( 470 - (SECONDS - T0) )) "FLASHTILE_GLUON_FWD_CONSUMERS=3" \
+  "--mode fwd --headdims 64 --seqlens 512,2k,4k,16k --causal both"
 echo "elapsed $((SECONDS - T0)) s"

@@ -507,13 +507,16 @@ def _start(q_smem, k_smem, k_ready, it, first_row, ROWS: gl.constexpr, BLOCK_N: 
 @gluon.jit
 def _issue_s(q_smem, k_smem, k_ready, s_zero, r, NUM_STAGES: gl.constexpr, q_smem2=None,
              k_smem2=None):
-    """Issue S = Q K^T once K (the ring's load r) has landed; with a split head dim
+    """Issue S = Q K^T once K (the ring's load r) has landed, over as many of the tile's keys
+    as ``s_zero`` is wide (all but for :func:`half_diagonal`'s tile); with a split head dim
     (``q_smem2``, ``k_smem2``: its second part) S = Q_1 K_1^T + Q_2 K_2^T, two wgmma chained
     through the accumulator (two commit groups: see :func:`_consume`'s waits)."""
     slot = r % NUM_STAGES
     mbarrier.wait(k_ready.index(slot), (r // NUM_STAGES) & 1)
-    s = warpgroup_mma(q_smem, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
-                      is_async=True)
+    k_tile = k_smem.index(slot)
+    if s_zero.shape[1] < k_tile.shape[0]:
+        k_tile = k_tile.slice(0, s_zero.shape[1])
+    s = warpgroup_mma(q_smem, k_tile.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     if q_smem2 is not None:
         s = warpgroup_mma(q_smem2, k_smem2.index(slot).permute((1, 0)), s, is_async=True)
     return s
@@ -521,10 +524,14 @@ def _issue_s(q_smem, k_smem, k_ready, s_zero, r, NUM_STAGES: gl.constexpr, q_sme
 
 @gluon.jit
 def _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES: gl.constexpr):
-    """Issue O += P V once V (the ring's load r) has landed."""
+    """Issue O += P V once V (the ring's load r) has landed, over as many of the tile's rows
+    as P has keys (all but for :func:`half_diagonal`'s tile)."""
     slot = r % NUM_STAGES
     mbarrier.wait(v_ready.index(slot), (r // NUM_STAGES) & 1)
-    return warpgroup_mma(p_op, v_smem.index(slot), acc, is_async=True)
+    v_tile = v_smem.index(slot)
+    if p_op.shape[1] < v_tile.shape[0]:
+        v_tile = v_tile.slice(0, p_op.shape[1])
+    return warpgroup_mma(p_op, v_tile, acc, is_async=True)
 
 
 @gluon.jit
@@ -597,45 +604,24 @@ def _rs_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_empty, 
 
 
 @gluon.jit
-def _half_products(p_op, q_smem, k_smem, v_smem, k_ready, v_ready, k_empty, h_zero, acc, r,
-                   NUM_STAGES: gl.constexpr):
-    """:func:`_rs_products` with S_{r+1} over the first half of K_{r+1}'s keys only
-    (``h_zero``: its ``(rows, BLOCK_N // 2)`` zero input): issue it and P_r V_r, wait for S
-    alone and free K_{r+1}. Returns S ``(rows, BLOCK_N // 2)`` fp32 and O's token."""
-    slot = (r + 1) % NUM_STAGES
-    mbarrier.wait(k_ready.index(slot), ((r + 1) // NUM_STAGES) & 1)
-    k_half = k_smem.index(slot).slice(0, h_zero.shape[1])
-    s_tok = warpgroup_mma(q_smem, k_half.permute((1, 0)), h_zero, use_acc=False, is_async=True)
-    acc = _pv(p_op, v_smem, v_ready, acc, r, NUM_STAGES)
-    s = warpgroup_mma_wait(1, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(slot), count=1)
-    return s, acc
-
-
-@gluon.jit
 def _half_softmax(s, p_op, acc, m_i, l_i, rows, j, n_unmasked, qk_scale, v_ready, v_empty, r,
                   anchor, v_smem, NUM_STAGES: gl.constexpr, BLOCK_N: gl.constexpr,
                   CAUSAL: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   row_layout: gl.constexpr):
-    """:func:`_rs_softmax` for :func:`_half_products`' scores ``s`` (tile j, the ring's load
-    r + 1, its first ``BLOCK_N // 2`` keys), then that tile's P V over V's first rows, waited
-    for: the item's last product. The row statistics change layout around it (the half
-    tile's rows are held as the whole one's). Returns (O, row max, row sum)."""
+    """:func:`_rs_softmax` of scores ``s`` over the first ``BLOCK_N // 2`` keys of tile j (the
+    ring's load r + 1; :func:`_rs_products` with a half-wide zero input), then that tile's
+    P V over V's first rows, waited for: the item's last product. The row statistics change
+    layout around it (the half tile's rows are held as the whole one's). Returns (O, row max,
+    row sum)."""
     h_rows: gl.constexpr = gl.SliceLayout(1, s.type.layout)
-    p, m_new, alpha, l_new = _softmax_tile(s, gl.convert_layout(m_i, h_rows),
-                                           gl.convert_layout(l_i, h_rows),
-                                           gl.convert_layout(rows, h_rows), j, n_unmasked,
-                                           qk_scale, None, BLOCK_N, CAUSAL)
-    anchor.store(l_new)
-    acc, p_op = warpgroup_mma_wait(0, deps=(acc, p_op))
-    mbarrier.arrive(v_empty.index(r % NUM_STAGES), count=1)
-    p_half = gl.convert_layout(p.to(p_op.dtype), p_layout)
-    acc = _rescaled(acc, alpha, o_layout)
-    slot = (r + 1) % NUM_STAGES
-    mbarrier.wait(v_ready.index(slot), ((r + 1) // NUM_STAGES) & 1)
-    acc = warpgroup_mma(p_half, v_smem.index(slot).slice(0, s.shape[1]), acc, is_async=True)
+    p_half, acc, m_new, l_new = _rs_softmax(s, p_op, acc, gl.convert_layout(m_i, h_rows),
+                                            gl.convert_layout(l_i, h_rows),
+                                            gl.convert_layout(rows, h_rows), j, n_unmasked,
+                                            qk_scale, v_empty, r, anchor, NUM_STAGES, BLOCK_N,
+                                            CAUSAL, o_layout, p_layout)
+    acc = _pv(p_half, v_smem, v_ready, acc, r + 1, NUM_STAGES)
     acc, p_half = warpgroup_mma_wait(0, deps=(acc, p_half))
-    mbarrier.arrive(v_empty.index(slot), count=1)
+    mbarrier.arrive(v_empty.index((r + 1) % NUM_STAGES), count=1)
     return acc, gl.convert_layout(m_new, row_layout), gl.convert_layout(l_new, row_layout)
 
 
@@ -989,7 +975,7 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
     ``HALF_DIAG`` (:func:`half_diagonal`): the first consumer's last tile of a causal item
     with more than one tile is the item's diagonal, where its rows see only the first
     ``BLOCK_N // 2`` keys; it computes S, P and P V over those alone
-    (:func:`_half_products`, :func:`_half_softmax`)."""
+    (:func:`_rs_products` with a half-wide zero input, :func:`_half_softmax`)."""
     HALF_D: gl.constexpr = HALF_DIAG and HALF == 0
     s_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[0]
     o_layout: gl.constexpr = mma_layouts(4, BLOCK_N, HEAD_D)[1]
@@ -1055,8 +1041,8 @@ def _consume_ahead(q_desc, o_desc, q_smem, o_smem, p_smem, q_bar, k_smem, v_smem
         if n_tiles > 1:                 # (peeled: its S is this Q's last)
             j = n_tiles - 2
             if HALF_D:                  # (the diagonal over its first half: see above)
-                s_h, acc = _half_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
-                                          h_zero, acc, it + j, NUM_STAGES)
+                s_h, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
+                                        h_zero, acc, it + j, NUM_STAGES)
             else:
                 s, acc = _rs_products(p, q_cur, k_smem, v_smem, k_ready, v_ready, k_empty,
                                       s_zero, acc, it + j, NUM_STAGES)
