@@ -11,24 +11,26 @@
 # 4. d=64 causal 512/1k (the tile-level forward's points): main against the Gluon forward
 #    with and without the half diagonal;
 # 5. d=128 causal 1k/4k against the half diagonal, if time is left.
-#   export OUT; bash docs/results/2026-12-07-s57-next/call.sh
-export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; nvidia-smi --query-gpu=name --format=csv,noheader
+#   export OUT; [DEADLINE=S] bash docs/results/2026-12-07-s57-next/call.sh
+# (DEADLINE, default 580 s: the steps' cutoffs scale with it, for a call's limit cut short by
+# the device time left)
+export PYTHONPATH=$PWD/src FLASHTILE_AUTOTUNE=0; T0=$SECONDS; D=${DEADLINE:-580}; nvidia-smi --query-gpu=name --format=csv,noheader
 git apply docs/experiments/fwd-three-consumers-fed-s56.patch || { echo "patch failed"; exit 1; }
-timeout -s INT 150 python3 -m pytest -q -rf -n 6 -p no:cacheprovider --junitxml=$OUT/tests.xml \
+timeout -s INT $(( D * 26 / 100 )) python3 -m pytest -q -rf -n 6 -p no:cacheprovider --junitxml=$OUT/tests.xml \
   tests/test_fwd_hopper.py -k "half_diagonal or test_next_s0 or three_consumers" > $OUT/tests.log 2>&1
 echo "tests rc $?: $(tail -1 $OUT/tests.log) at $((SECONDS - T0)) s"
 grep -E "^FAILED|^ERROR|Timeout" $OUT/tests.log | head
 source scripts/ab_bench.sh
 AB_TIMEOUT=50 AB_COMPILE_S=40
-ab_bench causal $(( 320 - (SECONDS - T0) )) \
+ab_bench causal $(( D * 55 / 100 - (SECONDS - T0) )) \
   "FLASHTILE_GLUON_FWD_HALF_DIAG=1;FLASHTILE_GLUON_FWD_CONSUMERS=3" \
   "--mode fwd --headdims 64 --seqlens 2k,4k,16k --causal yes"
-ab_bench full $(( 420 - (SECONDS - T0) )) "FLASHTILE_GLUON_FWD_CONSUMERS=3" \
+ab_bench full $(( D * 72 / 100 - (SECONDS - T0) )) "FLASHTILE_GLUON_FWD_CONSUMERS=3" \
   "--mode fwd --headdims 64 --seqlens 512,2k,4k,16k --causal no"
-ab_bench short $(( 500 - (SECONDS - T0) )) \
+ab_bench short $(( D * 86 / 100 - (SECONDS - T0) )) \
   "FLASHTILE_GLUON_FWD=1;FLASHTILE_GLUON_FWD=1 FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
   "--mode fwd --headdims 64 --seqlens 512,1k --causal yes"
-left=$(( 545 - (SECONDS - T0) ))
+left=$(( D * 94 / 100 - (SECONDS - T0) ))
 [ $left -gt 40 ] && ab_bench d128 $left "FLASHTILE_GLUON_FWD_HALF_DIAG=1" \
   "--mode fwd --headdims 128 --seqlens 1k,4k --causal yes"
 echo "elapsed $((SECONDS - T0)) s"
