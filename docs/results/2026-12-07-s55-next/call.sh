@@ -1,3 +1,5 @@
+# SUPERSEDED in session 57: folded into docs/results/2026-12-07-s57-next/call.sh, the one to run;
+# kept as the record of what this session planned.
 # Prepared in session 55 for the next session's first device call (~450 s).
 # FLASHTILE_GLUON_FWD_HALF_DIAG=1 (opt-in, never run on a GPU): the first consumer computes each
 # causal item's diagonal tile over its first 64 keys only (compiled clean offline at d=64,

@@ -1,3 +1,5 @@
+# SUPERSEDED in session 57: folded into docs/results/2026-12-07-s57-next/call.sh, the one to run;
+# kept as the record of what this session planned.
 # Prepared in session 56 (no device was lent) for the next session's second device call
 # (~480 s; the first is docs/results/2026-12-07-s55-next/call.sh, still unrun).
 # FlashAttention-3's d=64 shape with the first consumer loading the ring (no loader
